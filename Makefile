@@ -1,0 +1,40 @@
+# MetaService entry points. `make demo` and `make test` set everything up from a fresh clone.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install demo test test-fast serve lint typecheck bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[spark,dev]'
+	touch $(STAMP)
+
+demo: install
+	$(BIN)/python -m metaservice.demo
+
+test: install
+	$(BIN)/pytest -n 2 --dist loadgroup
+
+test-fast: install
+	$(BIN)/pytest -n 2 --dist loadgroup -m "not slow and not spark and not crash and not browser"
+
+serve: install
+	$(BIN)/metaservice serve
+
+lint: install
+	$(BIN)/ruff check metaservice spark_client tests bench
+	$(BIN)/ruff format --check metaservice spark_client tests bench
+
+typecheck: install
+	$(BIN)/mypy metaservice spark_client
+
+bench: install
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .test-pg
