@@ -1,0 +1,3 @@
+from metaservice.cli import app
+
+app()

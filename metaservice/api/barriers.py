@@ -1,0 +1,108 @@
+"""The barrier protocol: next / commit / abort for jobs, issuing barriers, root snapshot reports."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, status
+
+from metaservice.api.deps import (
+    BarrierPath,
+    BeforeBarrier,
+    CatalogPath,
+    DatabasePath,
+    JobIdPath,
+    Limit,
+    SessionDep,
+    SettingsDep,
+    TablePath,
+    table_name,
+)
+from metaservice.api.responses import problems
+from metaservice.schemas import (
+    AbortRequest,
+    AbortResult,
+    BarrierDecision,
+    BarrierDetail,
+    BarrierList,
+    CommitRequest,
+    CommitResult,
+    IssueBarrierRequest,
+    IssuedBarrier,
+    NextBarrierRequest,
+    SnapshotReport,
+    SnapshotReportRequest,
+)
+from metaservice.services import barriers as barrier_service
+from metaservice.services import inspection
+
+router = APIRouter(tags=["barriers"])
+
+
+@router.post("/jobs/{job_id}/barriers/next", responses=problems(404, 409))
+async def next_barrier(
+    job_id: JobIdPath,
+    session: SessionDep,
+    settings: SettingsDep,
+    body: Annotated[NextBarrierRequest | None, Body()] = None,
+) -> BarrierDecision:
+    """Tell a job which barrier to process now, or that it must wait or is idle. Retried calls get the same answer."""
+    return await barrier_service.next_barrier(
+        session,
+        job_id=job_id,
+        root_snapshots=body.root_snapshots if body else {},
+        min_interval=settings.min_barrier_interval,
+    )
+
+
+@router.post("/jobs/{job_id}/barriers/{barrier}/commit", responses=problems(404, 409))
+async def commit_barrier(
+    job_id: JobIdPath, barrier: BarrierPath, body: CommitRequest, session: SessionDep
+) -> CommitResult:
+    """Record the job's sink snapshots for the barrier; the same commit again is a no-op."""
+    return await barrier_service.commit_barrier(session, job_id=job_id, barrier=barrier, snapshots=body.snapshots)
+
+
+@router.post("/jobs/{job_id}/barriers/{barrier}/abort", responses=problems(404, 409))
+async def abort_barrier(
+    job_id: JobIdPath,
+    barrier: BarrierPath,
+    session: SessionDep,
+    body: Annotated[AbortRequest | None, Body()] = None,
+) -> AbortResult:
+    """Give up the barrier: it never completes in the job's sinks and downstream jobs skip it."""
+    return await barrier_service.abort_barrier(
+        session, job_id=job_id, barrier=barrier, reason=body.reason if body else None
+    )
+
+
+@router.post("/barriers", status_code=status.HTTP_201_CREATED, responses=problems(404, 409))
+async def issue_barrier(
+    session: SessionDep, body: Annotated[IssueBarrierRequest | None, Body()] = None
+) -> IssuedBarrier:
+    """Issue a global barrier now, sealing the newest snapshot of every root table."""
+    return await barrier_service.issue_barrier(session, root_snapshots=body.root_snapshots if body else {})
+
+
+@router.get("/barriers", responses=problems())
+async def list_barriers(session: SessionDep, limit: Limit = 100, before: BeforeBarrier = None) -> BarrierList:
+    """Barriers, newest first."""
+    return await inspection.list_barriers(session, limit=limit, before=before)
+
+
+@router.get("/barriers/{barrier}", responses=problems(404))
+async def get_barrier(barrier: BarrierPath, session: SessionDep) -> BarrierDetail:
+    """One barrier with the state of every table at it."""
+    return await inspection.get_barrier(session, barrier=barrier)
+
+
+@router.post("/tables/{catalog}/{database}/{table}/snapshots", responses=problems(404, 409))
+async def report_snapshot(
+    catalog: CatalogPath, database: DatabasePath, table: TablePath, body: SnapshotReportRequest, session: SessionDep
+) -> SnapshotReport:
+    """An external writer reports a new snapshot of a root table; the next barrier seals it."""
+    name = table_name(catalog, database, table)
+    latest = await barrier_service.report_snapshot(
+        session, table=name, snapshot_id=body.snapshot_id, committed_at=body.committed_at
+    )
+    return SnapshotReport(table=name, latest_snapshot_id=latest)

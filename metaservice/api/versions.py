@@ -1,0 +1,18 @@
+"""Reads for queries: one consistent version for a set of tables."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from metaservice.api.deps import SessionDep
+from metaservice.api.responses import problems
+from metaservice.schemas import ConsistentVersions, VersionsRequest
+from metaservice.services import versions
+
+router = APIRouter(tags=["versions"])
+
+
+@router.post("/versions", responses=problems(404))
+async def consistent_versions(body: VersionsRequest, session: SessionDep) -> ConsistentVersions:
+    """One barrier and one snapshot per table (`weak`: the tables; `strong`: their whole lineage components)."""
+    return await versions.consistent_versions(session, tables=body.tables, consistency=body.consistency)

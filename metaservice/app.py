@@ -1,0 +1,53 @@
+"""The application factory: everything is built in the lifespan, nothing at import time."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.routing import APIRoute
+
+from metaservice import __version__, errors
+from metaservice.api import barriers, flip, inspection, ops, versions
+from metaservice.api.limits import BodySizeLimit
+from metaservice.db.engine import make_engine, make_sessionmaker
+from metaservice.settings import Settings
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
+    settings: Settings = app.state.settings
+    engine = make_engine(settings)
+    app.state.engine = engine
+    try:
+        yield {"sessions": make_sessionmaker(engine)}
+    finally:
+        await engine.dispose()
+
+
+def _operation_id(route: APIRoute) -> str:
+    return route.name
+
+
+def create_app(settings: Settings) -> FastAPI:
+    """Build the ASGI app for `settings` (which must name a database URL)."""
+    app = FastAPI(
+        title="MetaService",
+        version=__version__,
+        summary="Lineage and global timestamp barriers (FLIP-276) for chains of Spark ETL jobs.",
+        lifespan=_lifespan,
+        generate_unique_id_function=_operation_id,
+    )
+    app.state.settings = settings
+    errors.install_handlers(app)
+    for module in (flip, barriers, versions, inspection, ops):
+        app.include_router(module.router)
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    return app
+
+
+def from_environment() -> FastAPI:
+    """Factory for uvicorn workers: settings come from `METASERVICE_*` variables set by `metaservice serve`."""
+    return create_app(Settings())

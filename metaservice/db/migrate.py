@@ -1,0 +1,29 @@
+"""Alembic driven from code: `metaservice migrate`, `serve` start-up and the tests use the same path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+
+MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+
+def alembic_config(url: str) -> Config:
+    """An Alembic config pointing at the repository's `migrations/` with `url` as the target."""
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("file_template", "%%(year)d-%%(month).2d-%%(day).2d-%%(hour).2d%%(minute).2d_%%(slug)s")
+    config.attributes["url"] = url
+    return config
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Bring the database at `url` to `revision` (idempotent; safe to run from several processes at once)."""
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Step the database at `url` down to `revision`."""
+    command.downgrade(alembic_config(url), revision)

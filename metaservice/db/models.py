@@ -1,0 +1,172 @@
+"""The schema. Invariants live here as constraints so that no code path can store an illegal state.
+
+Invariants (also in docs/design.md):
+- one row in `barrier_clock`; barriers are allocated by a single UPDATE on it, so they are unique and increasing;
+- a table has at most one sink edge (partial unique index) and a job never reads and writes one table (PK);
+- `snapshot_ranges` keep, per table, which snapshot holds for which inclusive range of barriers
+  (`last_barrier` NULL = open: holds through the newest barrier, used for root tables); `snapshot_id` NULL marks
+  barriers the table will never complete (aborted or skipped). Ranges of one table never overlap (exclusion
+  constraint), so "the snapshot of table X at barrier B" is one index lookup;
+- `job_runs` hold the per-job barrier history; at most one run per job is in flight (partial unique index).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    MetaData,
+    SmallInteger,
+    Text,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ExcludeConstraint, JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+TABLE_FORMATS = ("delta", "paimon", "iceberg")
+RUN_STATUSES = ("in_flight", "committed", "idle", "aborted")
+RANGE_KINDS = ("sealed", "committed", "idle", "aborted", "restored")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {dict[str, Any]: JSONB, datetime: DateTime(timezone=True)}
+
+
+class BarrierClock(Base):
+    """The single row every barrier allocation updates; holds the newest barrier ever issued."""
+
+    __tablename__ = "barrier_clock"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
+
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    last_barrier: Mapped[int] = mapped_column(BigInteger)
+
+
+class Barrier(Base):
+    """A global timestamp barrier (µs since the epoch) and when it was issued."""
+
+    __tablename__ = "barriers"
+
+    barrier: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    issued_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    issued_by: Mapped[str | None] = mapped_column(Text)
+
+
+class Table(Base):
+    """A registered table. `latest_snapshot_id` is the newest snapshot known (reported for roots, committed otherwise)."""
+
+    __tablename__ = "tables"
+    __table_args__ = (
+        CheckConstraint(f"format IN {TABLE_FORMATS!r}", name="known_format"),
+        CheckConstraint("latest_snapshot_id >= 0", name="snapshot_non_negative"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    name: Mapped[str] = mapped_column(Text, unique=True)
+    format: Mapped[str | None] = mapped_column(Text)
+    location: Mapped[str | None] = mapped_column(Text)
+    latest_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
+    latest_snapshot_at: Mapped[datetime | None]
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class Job(Base):
+    """An ETL job. `last_barrier` is the newest barrier it finished (committed, idle or aborted)."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    name: Mapped[str] = mapped_column(Text, unique=True)
+    is_active: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+    last_barrier: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("barriers.barrier"))
+    registered_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    unregistered_at: Mapped[datetime | None]
+    last_seen_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class Edge(Base):
+    """A job reads (`source`) or writes (`sink`) a table. Current lineage only; history stays in job_runs."""
+
+    __tablename__ = "lineage_edges"
+    __table_args__ = (
+        CheckConstraint("role IN ('source', 'sink')", name="known_role"),
+        Index("uq_lineage_edges_one_writer", "table_id", unique=True, postgresql_where=text("role = 'sink'")),
+        Index("ix_lineage_edges_table_id_role", "table_id", "role"),
+    )
+
+    job_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    table_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("tables.id"), primary_key=True)
+    role: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class SnapshotRange(Base):
+    """Table X holds `snapshot_id` at every barrier in [first_barrier, last_barrier] (NULL last: open-ended)."""
+
+    __tablename__ = "snapshot_ranges"
+    __table_args__ = (
+        CheckConstraint("last_barrier IS NULL OR last_barrier >= first_barrier", name="ordered"),
+        CheckConstraint("(snapshot_id IS NULL) = (kind = 'aborted')", name="aborted_has_no_snapshot"),
+        CheckConstraint(f"kind IN {RANGE_KINDS!r}", name="known_kind"),
+        CheckConstraint("snapshot_id >= 0", name="snapshot_non_negative"),
+        Index("uq_snapshot_ranges_table_first", "table_id", "first_barrier", unique=True),
+        ExcludeConstraint(
+            (text("table_id"), "="),
+            (text("int8range(first_barrier, last_barrier, '[]')"), "&&"),
+            name="ex_snapshot_ranges_no_overlap",
+            using="gist",
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    table_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("tables.id"))
+    first_barrier: Mapped[int] = mapped_column(BigInteger, ForeignKey("barriers.barrier"))
+    last_barrier: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("barriers.barrier"))
+    snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(Text)
+    job_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("jobs.id"))
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class JobRun(Base):
+    """One step of a job's barrier history; idle and skipped stretches are one row covering a range."""
+
+    __tablename__ = "job_runs"
+    __table_args__ = (
+        CheckConstraint(f"status IN {RUN_STATUSES!r}", name="known_status"),
+        CheckConstraint("barrier >= first_barrier", name="ordered"),
+        Index("uq_job_runs_job_first", "job_id", "first_barrier", unique=True),
+        Index("ix_job_runs_job_barrier", "job_id", "barrier"),
+        Index("uq_job_runs_one_in_flight", "job_id", unique=True, postgresql_where=text("status = 'in_flight'")),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    job_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("jobs.id"))
+    first_barrier: Mapped[int] = mapped_column(BigInteger, ForeignKey("barriers.barrier"))
+    barrier: Mapped[int] = mapped_column(BigInteger, ForeignKey("barriers.barrier"))
+    status: Mapped[str] = mapped_column(Text)
+    inputs: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    outputs: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    reason: Mapped[str | None] = mapped_column(Text)
+    inputs_ready_at: Mapped[datetime | None]
+    started_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    finished_at: Mapped[datetime | None]

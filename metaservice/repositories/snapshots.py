@@ -1,0 +1,171 @@
+"""SQL for snapshot ranges: which snapshot each table holds for which barriers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import bindparam, func, select, text, update
+from sqlalchemy.dialects.postgresql import ARRAY, BIGINT
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from metaservice.db.models import SnapshotRange
+
+_COVERING = text(
+    """
+    SELECT t.table_id, r.id
+      FROM unnest(:table_ids) AS t(table_id)
+      JOIN LATERAL (
+            SELECT id, last_barrier FROM snapshot_ranges s
+             WHERE s.table_id = t.table_id AND s.first_barrier <= :barrier
+             ORDER BY s.first_barrier DESC LIMIT 1) r ON true
+     WHERE r.last_barrier IS NULL OR r.last_barrier >= :barrier
+    """
+).bindparams(bindparam("table_ids", type_=ARRAY(BIGINT)))
+
+_LAST = text(
+    """
+    SELECT t.table_id, r.id
+      FROM unnest(:table_ids) AS t(table_id)
+      JOIN LATERAL (
+            SELECT id FROM snapshot_ranges s WHERE s.table_id = t.table_id
+             ORDER BY s.first_barrier DESC LIMIT 1) r ON true
+    """
+).bindparams(bindparam("table_ids", type_=ARRAY(BIGINT)))
+
+# Seal the newest barrier: every root table whose newest known snapshot differs from its open range gets a
+# new open range starting at :barrier; the previous open range is closed at the barrier before it.
+_SEAL = text(
+    """
+    WITH changed AS (
+        SELECT t.id, t.latest_snapshot_id, r.id AS open_id
+          FROM tables t
+          LEFT JOIN snapshot_ranges r ON r.table_id = t.id AND r.last_barrier IS NULL
+         WHERE t.latest_snapshot_id IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM lineage_edges e WHERE e.table_id = t.id AND e.role = 'sink')
+           AND (r.id IS NULL OR r.snapshot_id IS DISTINCT FROM t.latest_snapshot_id)
+    ), closed AS (
+        UPDATE snapshot_ranges r
+           SET last_barrier = (SELECT max(barrier) FROM barriers WHERE barrier < :barrier), updated_at = now()
+          FROM changed c
+         WHERE r.id = c.open_id
+     RETURNING r.table_id
+    )
+    INSERT INTO snapshot_ranges (table_id, first_barrier, last_barrier, snapshot_id, kind)
+    SELECT c.id, :barrier, NULL, c.latest_snapshot_id, 'sealed' FROM changed c
+    RETURNING table_id, snapshot_id
+    """
+)
+
+_UNSEALED = text(
+    """
+    SELECT t.id FROM tables t
+      LEFT JOIN snapshot_ranges r ON r.table_id = t.id AND r.last_barrier IS NULL
+     WHERE t.id = ANY(:table_ids) AND t.latest_snapshot_id IS NOT NULL
+       AND NOT EXISTS (SELECT 1 FROM lineage_edges e WHERE e.table_id = t.id AND e.role = 'sink')
+       AND (r.id IS NULL OR r.snapshot_id IS DISTINCT FROM t.latest_snapshot_id)
+    """
+).bindparams(bindparam("table_ids", type_=ARRAY(BIGINT)))
+
+
+async def _load(session: AsyncSession, pairs: Sequence[tuple[int, int]]) -> dict[int, SnapshotRange]:
+    if not pairs:
+        return {}
+    rows = await session.scalars(select(SnapshotRange).where(SnapshotRange.id.in_([p[1] for p in pairs])))
+    by_id = {row.id: row for row in rows}
+    return {int(table_id): by_id[range_id] for table_id, range_id in pairs}
+
+
+async def covering(session: AsyncSession, *, table_ids: Sequence[int], barrier: int) -> dict[int, SnapshotRange]:
+    """For each table, the range that holds at `barrier`; tables without one are left out."""
+    result = await session.execute(_COVERING, {"table_ids": list(table_ids), "barrier": barrier})
+    return await _load(session, [(int(r[0]), int(r[1])) for r in result])
+
+
+async def last(session: AsyncSession, *, table_ids: Sequence[int]) -> dict[int, SnapshotRange]:
+    """For each table, its newest range; tables that never held a snapshot are left out."""
+    result = await session.execute(_LAST, {"table_ids": list(table_ids)})
+    return await _load(session, [(int(r[0]), int(r[1])) for r in result])
+
+
+async def last_snapshot(session: AsyncSession, *, table_id: int) -> int | None:
+    """The newest snapshot id the table completed any barrier with."""
+    return await session.scalar(
+        select(SnapshotRange.snapshot_id)
+        .where(SnapshotRange.table_id == table_id, SnapshotRange.snapshot_id.is_not(None))
+        .order_by(SnapshotRange.first_barrier.desc())
+        .limit(1)
+    )
+
+
+async def previous(session: AsyncSession, *, table_id: int, before_first: int) -> SnapshotRange | None:
+    """The range right before the one starting at `before_first`."""
+    return await session.scalar(
+        select(SnapshotRange)
+        .where(SnapshotRange.table_id == table_id, SnapshotRange.first_barrier < before_first)
+        .order_by(SnapshotRange.first_barrier.desc())
+        .limit(1)
+    )
+
+
+async def insert_range(
+    session: AsyncSession,
+    *,
+    table_id: int,
+    first: int,
+    last: int | None,
+    snapshot_id: int | None,
+    kind: str,
+    job_id: int | None,
+) -> None:
+    session.add(
+        SnapshotRange(
+            table_id=table_id, first_barrier=first, last_barrier=last, snapshot_id=snapshot_id, kind=kind, job_id=job_id
+        )
+    )
+    await session.flush()
+
+
+async def extend(session: AsyncSession, *, range_id: int, through: int | None) -> None:
+    """Let a range hold through a later barrier (or, with None, open-ended)."""
+    await session.execute(
+        update(SnapshotRange)
+        .where(SnapshotRange.id == range_id)
+        .values(last_barrier=through, updated_at=func.now())
+        .execution_options(synchronize_session=False)
+    )
+
+
+async def close_open(session: AsyncSession, *, table_id: int, through: int) -> None:
+    """Close the table's open-ended range at `through` (a root table that gets a writer)."""
+    await session.execute(
+        update(SnapshotRange)
+        .where(SnapshotRange.table_id == table_id, SnapshotRange.last_barrier.is_(None))
+        .values(last_barrier=through, updated_at=func.now())
+        .execution_options(synchronize_session=False)
+    )
+
+
+async def seal(session: AsyncSession, *, barrier: int) -> dict[int, int]:
+    """Seal `barrier` for every root table with a new snapshot; returns {table_id: snapshot_id} newly sealed."""
+    result = await session.execute(_SEAL, {"barrier": barrier})
+    return {int(r.table_id): int(r.snapshot_id) for r in result}
+
+
+async def unsealed_roots(session: AsyncSession, *, table_ids: Sequence[int]) -> list[int]:
+    """Those of `table_ids` that are roots with a known snapshot not sealed by the newest barrier yet."""
+    result = await session.scalars(_UNSEALED, {"table_ids": list(table_ids)})
+    return [int(t) for t in result]
+
+
+async def history(
+    session: AsyncSession, *, table_id: int, limit: int, before_barrier: int | None = None
+) -> list[SnapshotRange]:
+    query = (
+        select(SnapshotRange)
+        .where(SnapshotRange.table_id == table_id)
+        .order_by(SnapshotRange.first_barrier.desc())
+        .limit(limit)
+    )
+    if before_barrier is not None:
+        query = query.where(SnapshotRange.first_barrier < before_barrier)
+    return list(await session.scalars(query))

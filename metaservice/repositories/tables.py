@@ -1,0 +1,68 @@
+"""SQL for registered tables."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from metaservice.db.models import Edge, Table
+
+
+async def get(session: AsyncSession, *, name: str) -> Table | None:
+    return await session.scalar(select(Table).where(Table.name == name))
+
+
+async def get_many(session: AsyncSession, *, names: Sequence[str]) -> dict[str, Table]:
+    rows = await session.scalars(select(Table).where(Table.name.in_(list(names))))
+    return {row.name: row for row in rows}
+
+
+async def by_ids(session: AsyncSession, *, ids: Sequence[int]) -> dict[int, Table]:
+    rows = await session.scalars(select(Table).where(Table.id.in_(list(ids))))
+    return {row.id: row for row in rows}
+
+
+async def get_or_insert(session: AsyncSession, *, name: str) -> Table:
+    """The table called `name`, created on first sight."""
+    await session.execute(insert(Table).values(name=name).on_conflict_do_nothing(index_elements=[Table.name]))
+    table = await get(session, name=name)
+    assert table is not None
+    return table
+
+
+async def set_metadata(session: AsyncSession, *, table_id: int, format: str | None, location: str | None) -> None:
+    values = {k: v for k, v in {"format": format, "location": location}.items() if v is not None}
+    if values:
+        await session.execute(update(Table).where(Table.id == table_id).values(**values))
+
+
+async def raise_latest(session: AsyncSession, *, table_id: int, snapshot_id: int, at: datetime | None) -> int:
+    """Move the newest known snapshot forward (never back); returns the value now stored."""
+    stored = await session.scalar(
+        update(Table)
+        .where(Table.id == table_id)
+        .values(
+            latest_snapshot_id=func.greatest(func.coalesce(Table.latest_snapshot_id, -1), snapshot_id),
+            latest_snapshot_at=func.coalesce(at, func.now()),
+        )
+        .returning(Table.latest_snapshot_id)
+    )
+    return int(stored if stored is not None else snapshot_id)
+
+
+async def list_all(session: AsyncSession, *, limit: int, after_name: str | None = None) -> list[Table]:
+    query = select(Table).order_by(Table.name).limit(limit)
+    if after_name is not None:
+        query = query.where(Table.name > after_name)
+    return list(await session.scalars(query))
+
+
+async def root_ids(session: AsyncSession, *, ids: Sequence[int]) -> set[int]:
+    """Those of `ids` that no registered job writes."""
+    writers = select(Edge.table_id).where(Edge.role == "sink", Edge.table_id.in_(list(ids)))
+    written = set(await session.scalars(writers))
+    return set(ids) - written

@@ -1,0 +1,224 @@
+"""Wire models: request bodies (`*Request`) and the results services return and routes send.
+
+They live outside `api/` because services build them directly; they carry no HTTP types.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+
+NAME_PART = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}"
+NAME_PART_PATTERN = f"^{NAME_PART}$"
+TABLE_PATTERN = f"^{NAME_PART}\\.{NAME_PART}\\.{NAME_PART}$"
+JOB_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}$"
+MAX_BODY_ITEMS = 1000
+
+TableName = Annotated[str, StringConstraints(pattern=TABLE_PATTERN, max_length=386)]
+JobId = Annotated[str, StringConstraints(pattern=JOB_PATTERN, max_length=200)]
+SnapshotId = Annotated[int, Field(ge=0, le=2**63 - 1)]
+BarrierValue = Annotated[int, Field(ge=1, le=2**63 - 1)]
+Consistency = Literal["strong", "weak"]
+TableFormat = Literal["delta", "paimon", "iceberg"]
+
+
+def _bounded(mapping: dict[str, int]) -> dict[str, int]:
+    if len(mapping) > MAX_BODY_ITEMS:
+        raise ValueError(f"at most {MAX_BODY_ITEMS} entries")
+    return mapping
+
+
+SnapshotMap = Annotated[dict[TableName, SnapshotId], AfterValidator(_bounded)]
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RegisterRequest(Request):
+    format: TableFormat | None = None
+    location: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
+
+
+class NextBarrierRequest(Request):
+    root_snapshots: SnapshotMap = Field(default_factory=dict)
+
+
+class IssueBarrierRequest(Request):
+    root_snapshots: SnapshotMap = Field(default_factory=dict)
+
+
+class CommitRequest(Request):
+    snapshots: SnapshotMap
+
+
+class AbortRequest(Request):
+    reason: Annotated[str, StringConstraints(max_length=2000)] | None = None
+
+
+class SnapshotReportRequest(Request):
+    snapshot_id: SnapshotId
+    committed_at: datetime | None = None
+
+
+class VersionsRequest(Request):
+    tables: Annotated[list[TableName], Field(min_length=1, max_length=MAX_BODY_ITEMS)]
+    consistency: Consistency = "strong"
+
+
+class Registration(BaseModel):
+    job_id: str
+    table: str
+    role: Literal["source", "sink"]
+    created: bool
+
+
+class Unregistration(BaseModel):
+    job_id: str
+    status: Literal["unregistered"] = "unregistered"
+
+
+class InputSnapshot(BaseModel):
+    snapshot_id: int
+    previous_snapshot_id: int | None
+
+
+class BarrierDecision(BaseModel):
+    job_id: str
+    action: Literal["process", "wait", "idle"]
+    barrier: int | None
+    inputs: dict[str, InputSnapshot] = Field(default_factory=dict)
+    skipped: list[int] = Field(default_factory=list)
+    retry_after_seconds: float | None = None
+
+
+class CommitResult(BaseModel):
+    job_id: str
+    barrier: int
+    status: Literal["committed"] = "committed"
+    snapshots: dict[str, int]
+
+
+class AbortResult(BaseModel):
+    job_id: str
+    barrier: int
+    status: Literal["aborted"] = "aborted"
+
+
+class IssuedBarrier(BaseModel):
+    barrier: int
+    issued_at: datetime
+    sealed: dict[str, int]
+
+
+class BarrierSummary(BaseModel):
+    barrier: int
+    issued_at: datetime
+    issued_by: str | None
+
+
+class BarrierList(BaseModel):
+    barriers: list[BarrierSummary]
+
+
+class TableAtBarrier(BaseModel):
+    state: Literal["complete", "aborted", "pending", "absent"]
+    snapshot_id: int | None
+
+
+class BarrierDetail(BarrierSummary):
+    tables: dict[str, TableAtBarrier]
+
+
+class SnapshotReport(BaseModel):
+    table: str
+    latest_snapshot_id: int
+
+
+class TableVersion(BaseModel):
+    table: str
+    consistency: Consistency
+    barrier: int
+    snapshot_id: int
+
+
+class ConsistentVersions(BaseModel):
+    consistency: Consistency
+    barrier: int
+    versions: dict[str, int]
+
+
+class JobInfo(BaseModel):
+    job_id: str
+    is_active: bool
+    sources: list[str]
+    sinks: list[str]
+    last_barrier: int | None
+    in_flight_barrier: int | None
+    registered_at: datetime
+    last_seen_at: datetime
+
+
+class JobList(BaseModel):
+    jobs: list[JobInfo]
+
+
+class JobRunInfo(BaseModel):
+    first_barrier: int
+    barrier: int
+    status: Literal["in_flight", "committed", "idle", "aborted"]
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+    reason: str | None
+    inputs_ready_at: datetime | None
+    started_at: datetime
+    finished_at: datetime | None
+    duration_seconds: float | None
+
+
+class JobHistory(BaseModel):
+    job_id: str
+    runs: list[JobRunInfo]
+
+
+class TableInfo(BaseModel):
+    table: str
+    kind: Literal["root", "intermediate"]
+    writer: str | None
+    readers: list[str]
+    format: str | None
+    location: str | None
+    latest_snapshot_id: int | None
+    newest_complete_barrier: int | None
+    newest_complete_snapshot_id: int | None
+
+
+class TableList(BaseModel):
+    tables: list[TableInfo]
+
+
+class SnapshotRangeInfo(BaseModel):
+    first_barrier: int
+    last_barrier: int | None = Field(description="null: holds through the newest barrier (root tables)")
+    snapshot_id: int | None
+    how: Literal["sealed", "committed", "idle", "aborted", "restored"]
+
+
+class TableHistory(BaseModel):
+    table: str
+    ranges: list[SnapshotRangeInfo]
+
+
+class Problem(BaseModel):
+    """RFC 9457 problem document with a machine-readable `code`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    title: str
+    status: int
+    detail: str
+    code: str
+    instance: str | None = None
