@@ -133,6 +133,8 @@ class SnapshotRange(Base):
             (text("int8range(first_barrier, last_barrier, '[]')"), "&&"),
             name="ex_snapshot_ranges_no_overlap",
             using="gist",
+            deferrable=True,
+            initially="DEFERRED",  # a seal closes and opens ranges in one statement; checked at commit
         ),
     )
 

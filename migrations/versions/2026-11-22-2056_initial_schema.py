@@ -102,7 +102,7 @@ def upgrade() -> None:
     sa.Column("job_id", sa.BigInteger(), nullable=True),
     sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
     sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
-    postgresql.ExcludeConstraint((sa.text("table_id"), "="), (sa.text("int8range(first_barrier, last_barrier, '[]')"), "&&"), using="gist", name="ex_snapshot_ranges_no_overlap"),
+    postgresql.ExcludeConstraint((sa.text("table_id"), "="), (sa.text("int8range(first_barrier, last_barrier, '[]')"), "&&"), using="gist", name="ex_snapshot_ranges_no_overlap", deferrable=True, initially="DEFERRED"),
     sa.CheckConstraint("(snapshot_id IS NULL) = (kind = 'aborted')", name=op.f("ck_snapshot_ranges_aborted_has_no_snapshot")),
     sa.CheckConstraint("kind IN ('sealed', 'committed', 'idle', 'aborted', 'restored')", name=op.f("ck_snapshot_ranges_known_kind")),
     sa.CheckConstraint("last_barrier IS NULL OR last_barrier >= first_barrier", name=op.f("ck_snapshot_ranges_ordered")),

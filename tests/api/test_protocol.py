@@ -1,0 +1,239 @@
+"""The FLIP-276 protocol over HTTP on the diamond pipeline of PRODUCT.md (guarantees 1-6).
+
+    orders ──► enrich ──► orders_enriched ──┐
+       └─────► audit  ──► order_audit       ├──► revenue ──► revenue_by_day
+    customers ► dims ───► customer_dim ─────┘
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+ORDERS, CUSTOMERS = "lake.raw.orders", "lake.raw.customers"
+ENRICHED, AUDIT, DIM, REVENUE = "lake.mart.orders_enriched", "lake.mart.order_audit", "lake.mart.customer_dim", "lake.mart.revenue_by_day"
+
+JOBS = {
+    "enrich": ([ORDERS], [ENRICHED]),
+    "audit": ([ORDERS], [AUDIT]),
+    "dims": ([CUSTOMERS], [DIM]),
+    "revenue": ([ENRICHED, DIM], [REVENUE]),
+}
+
+
+def path(table: str) -> str:
+    return table.replace(".", "/")
+
+
+class Pipeline:
+    """Drives jobs through the API like the client library would, asserting every call succeeds."""
+
+    def __init__(self, api: httpx.Client) -> None:
+        self.api = api
+        self.snapshots: dict[str, int] = {}
+
+    def register(self, jobs: dict[str, tuple[list[str], list[str]]] = JOBS) -> None:
+        for job, (sources, sinks) in jobs.items():
+            for table in sources:
+                assert self.api.post(f"/register/source/{job}/{path(table)}").status_code in (200, 201)
+            for table in sinks:
+                assert self.api.post(f"/register/sink/{job}/{path(table)}").status_code in (200, 201)
+
+    def next(self, job: str, **roots: int) -> dict[str, Any]:
+        body = {"root_snapshots": {f"lake.raw.{name}": v for name, v in roots.items()}}
+        response = self.api.post(f"/jobs/{job}/barriers/next", json=body)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    def commit(self, job: str, barrier: int, **outputs: int) -> httpx.Response:
+        return self.api.post(f"/jobs/{job}/barriers/{barrier}/commit", json={"snapshots": outputs})
+
+    def run(self, job: str, **roots: int) -> dict[str, Any]:
+        """One job step: process the offered barrier by writing a new snapshot of each sink."""
+        decision = self.next(job, **roots)
+        if decision["action"] == "process":
+            outputs = {}
+            for sink in JOBS[job][1]:
+                self.snapshots[sink] = self.snapshots.get(sink, -1) + 1
+                outputs[sink] = self.snapshots[sink]
+            response = self.commit(job, decision["barrier"], **outputs)
+            assert response.status_code == 200, response.text
+        return decision
+
+    def versions(self, tables: list[str], consistency: str) -> httpx.Response:
+        return self.api.post("/versions", json={"tables": tables, "consistency": consistency})
+
+
+@pytest.fixture(name="pipeline")
+def fx_pipeline(api: httpx.Client) -> Pipeline:
+    pipeline = Pipeline(api)
+    pipeline.register()
+    return pipeline
+
+
+def test_same_root_snapshot_gets_the_same_barrier_for_two_jobs(pipeline: Pipeline) -> None:
+    first = pipeline.next("enrich", orders=1)
+    second = pipeline.next("audit", orders=1)
+    assert first["action"] == second["action"] == "process"
+    assert first["barrier"] == second["barrier"]
+    assert first["inputs"] == second["inputs"] == {ORDERS: {"snapshot_id": 1, "previous_snapshot_id": None}}
+    assert len(pipeline.api.get("/barriers").json()["barriers"]) == 1
+
+
+def test_barrier_is_reoffered_with_the_same_inputs_until_committed(pipeline: Pipeline) -> None:
+    first = pipeline.next("enrich", orders=1)
+    again = pipeline.next("enrich", orders=2)  # a newer root snapshot does not change the barrier in flight
+    assert again == first
+    assert pipeline.commit("enrich", first["barrier"], **{ENRICHED: 0}).status_code == 200
+    following = pipeline.next("enrich", orders=2)
+    assert following["action"] == "process" and following["barrier"] > first["barrier"]
+    assert following["inputs"] == {ORDERS: {"snapshot_id": 2, "previous_snapshot_id": 1}}
+
+
+def test_job_joining_two_tables_reads_both_at_one_barrier_while_writers_progress_unevenly(
+    pipeline: Pipeline,
+) -> None:
+    t1 = pipeline.run("enrich", orders=1, customers=1)["barrier"]
+    assert pipeline.run("dims")["barrier"] == t1
+    joined = pipeline.run("revenue")
+    assert joined["barrier"] == t1
+    assert joined["inputs"] == {
+        ENRICHED: {"snapshot_id": 0, "previous_snapshot_id": None},
+        DIM: {"snapshot_id": 0, "previous_snapshot_id": None},
+    }
+
+    t2 = pipeline.run("enrich", orders=2)["barrier"]  # orders move on; dims has not looked yet
+    waiting = pipeline.next("revenue")
+    assert waiting == {**waiting, "action": "wait", "barrier": t2}
+
+    assert pipeline.next("dims")["action"] == "idle"  # customers unchanged: dims completes t2 without work
+    assert pipeline.api.get(f"/tables/{path(DIM)}").json()["newest_complete_barrier"] == t2
+    joined = pipeline.run("revenue")
+    assert joined["barrier"] == t2
+    assert joined["inputs"] == {
+        ENRICHED: {"snapshot_id": 1, "previous_snapshot_id": 0},
+        DIM: {"snapshot_id": 0, "previous_snapshot_id": 0},
+    }
+
+
+def test_weak_is_freshest_per_query_and_strong_covers_the_component_without_going_back(
+    pipeline: Pipeline,
+) -> None:
+    t1 = pipeline.run("enrich", orders=1, customers=1)["barrier"]
+    pipeline.run("dims")
+    pipeline.run("audit")
+    pipeline.run("revenue")
+    strong_seen = []
+
+    def strong(tables: list[str]) -> int:
+        response = pipeline.versions(tables, "strong")
+        assert response.status_code == 200, response.text
+        strong_seen.append(response.json()["barrier"])
+        return int(response.json()["barrier"])
+
+    assert strong([ENRICHED]) == strong([REVENUE]) == t1
+    t2 = pipeline.run("enrich", orders=2)["barrier"]
+    weak = pipeline.versions([ENRICHED], "weak").json()
+    assert weak == {"consistency": "weak", "barrier": t2, "versions": {ENRICHED: 1}}
+    # strong waits for the whole component (dims, audit and revenue have not completed t2 yet)
+    assert strong([ENRICHED]) == t1
+    assert strong([AUDIT]) == t1  # another table of the same pipeline gets the same barrier
+    assert pipeline.versions([ENRICHED, DIM], "weak").json()["barrier"] == t1
+
+    pipeline.run("dims")
+    pipeline.run("audit")
+    assert strong([ENRICHED]) == t1  # revenue still behind
+    pipeline.run("revenue")
+    result = pipeline.versions([ENRICHED, REVENUE, DIM], "strong").json()
+    assert result == {"consistency": "strong", "barrier": t2, "versions": {ENRICHED: 1, REVENUE: 1, DIM: 0}}
+    assert strong_seen == sorted(strong_seen)
+    single = pipeline.api.get(f"/version/strong/{path(REVENUE)}").json()
+    assert single == {"table": REVENUE, "consistency": "strong", "barrier": t2, "snapshot_id": 1}
+
+
+def test_commit_is_exactly_once(pipeline: Pipeline) -> None:
+    barrier = pipeline.next("enrich", orders=1)["barrier"]
+    first = pipeline.commit("enrich", barrier, **{ENRICHED: 5})
+    assert first.status_code == 200
+    assert first.json() == {"job_id": "enrich", "barrier": barrier, "status": "committed", "snapshots": {ENRICHED: 5}}
+    assert pipeline.commit("enrich", barrier, **{ENRICHED: 5}).json() == first.json()
+    conflict = pipeline.commit("enrich", barrier, **{ENRICHED: 6})
+    assert conflict.status_code == 409 and conflict.json()["code"] == "snapshot_conflict"
+    ranges = pipeline.api.get(f"/tables/{path(ENRICHED)}/barriers").json()["ranges"]
+    assert ranges == [{"first_barrier": barrier, "last_barrier": barrier, "snapshot_id": 5, "how": "committed"}]
+
+
+def test_abort_makes_downstream_jobs_skip_the_barrier(pipeline: Pipeline) -> None:
+    t1 = pipeline.run("enrich", orders=1, customers=1)["barrier"]
+    pipeline.run("dims")
+    pipeline.run("revenue")
+    t2 = pipeline.next("enrich", orders=2)["barrier"]
+    aborted = pipeline.api.post(f"/jobs/enrich/barriers/{t2}/abort", json={"reason": "bad input"})
+    assert aborted.status_code == 200 and aborted.json()["status"] == "aborted"
+    again = pipeline.api.post(f"/jobs/enrich/barriers/{t2}/abort")
+    assert again.status_code == 200
+    pipeline.run("dims")
+
+    decision = pipeline.next("revenue")
+    assert decision["skipped"] == [t2]
+    assert decision["action"] in ("idle", "wait")
+    history = pipeline.api.get("/jobs/revenue/barriers").json()["runs"]
+    assert history[0]["status"] == "aborted" and history[0]["barrier"] == t2
+    # the aborted barrier never completes downstream; consistent reads stay at t1
+    assert pipeline.versions([REVENUE], "weak").json()["barrier"] == t1
+
+    t3 = pipeline.run("enrich", orders=3)["barrier"]
+    assert pipeline.next("revenue") == {**decision, "action": "wait", "barrier": t3, "skipped": []}
+    pipeline.run("dims")
+    after = pipeline.run("revenue")
+    assert after["barrier"] == t3
+    assert after["inputs"][ENRICHED] == {"snapshot_id": 1, "previous_snapshot_id": 0}
+    assert pipeline.versions([REVENUE, ENRICHED], "weak").json()["barrier"] == t3
+
+
+def test_idle_job_catches_up_many_barriers_in_one_call(pipeline: Pipeline) -> None:
+    pipeline.run("dims", customers=1)
+    barriers = [pipeline.api.post("/barriers").json()["barrier"] for _ in range(50)]
+    decision = pipeline.next("dims")
+    assert decision["action"] == "idle"
+    ranges = pipeline.api.get(f"/tables/{path(DIM)}/barriers").json()["ranges"]
+    assert len(ranges) == 1 and ranges[0]["last_barrier"] == barriers[-1]
+    runs = pipeline.api.get("/jobs/dims/barriers").json()["runs"]
+    assert [r["status"] for r in runs] == ["idle", "committed"]
+    assert runs[0]["barrier"] == barriers[-1]
+
+
+def test_storage_grows_with_snapshots_not_barriers(pipeline: Pipeline) -> None:
+    pipeline.run("dims", customers=1)
+    for _ in range(30):
+        pipeline.api.post("/barriers")
+        pipeline.next("dims")
+    assert len(pipeline.api.get(f"/tables/{path(CUSTOMERS)}/barriers").json()["ranges"]) == 1
+    assert len(pipeline.api.get(f"/tables/{path(DIM)}/barriers").json()["ranges"]) == 1
+    assert len(pipeline.api.get("/jobs/dims/barriers").json()["runs"]) == 2
+
+
+def test_registration_is_idempotent(api: httpx.Client) -> None:
+    first = api.post(f"/register/sink/enrich/{path(ENRICHED)}", json={"format": "delta", "location": "/lake/x"})
+    assert first.status_code == 201
+    again = api.post(f"/register/sink/enrich/{path(ENRICHED)}")
+    assert again.status_code == 200 and again.json()["created"] is False
+    table = api.get(f"/tables/{path(ENRICHED)}").json()
+    assert (table["writer"], table["format"], table["location"]) == ("enrich", "delta", "/lake/x")
+
+
+def test_unregister_drops_edges_keeps_history_and_frees_the_table(pipeline: Pipeline) -> None:
+    t1 = pipeline.run("enrich", orders=1)["barrier"]
+    in_flight = pipeline.next("enrich", orders=2)["barrier"]
+    response = pipeline.api.post("/unregister/enrich")
+    assert response.json() == {"job_id": "enrich", "status": "unregistered"}
+    job = pipeline.api.get("/jobs/enrich").json()
+    assert (job["is_active"], job["sources"], job["sinks"], job["in_flight_barrier"]) == (False, [], [], None)
+    runs = pipeline.api.get("/jobs/enrich/barriers").json()["runs"]
+    assert [(r["barrier"], r["status"]) for r in runs] == [(in_flight, "aborted"), (t1, "committed")]
+    table = pipeline.api.get(f"/tables/{path(ENRICHED)}").json()
+    assert (table["kind"], table["writer"]) == ("root", None)
+    claimed = pipeline.api.post(f"/register/sink/other/{path(ENRICHED)}")
+    assert claimed.status_code == 201
