@@ -3,13 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -17,6 +10,9 @@ import psycopg
 from psycopg import sql
 
 from metaservice.db import embedded
+from metaservice.process import ServerProcess, free_port, wait_until
+
+__all__ = ["ServerProcess", "admin_url", "free_port", "fresh_database", "truncate", "wait_until", "with_database"]
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_PG_DIR = REPO / ".test-pg"
@@ -56,76 +52,3 @@ def fresh_database(admin: str, name: str) -> str:
 def truncate(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(TRUNCATE)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def wait_until(predicate: object, *, timeout: float, what: str) -> None:
-    """Poll a real condition with a deadline (not a sleep used as synchronisation)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.05)
-    raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
-
-
-@dataclass
-class ServerProcess:
-    """A real `metaservice serve` subprocess on a free port."""
-
-    database_url: str
-    workers: int = 1
-    env: Mapping[str, str] = field(default_factory=dict)
-    port: int = field(default_factory=free_port)
-    log_path: Path | None = None
-    process: subprocess.Popen[bytes] | None = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, *, timeout: float = 60) -> ServerProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("METASERVICE_")}
-        env.update(self.env)
-        env["METASERVICE_DATABASE_URL"] = self.database_url
-        command = [sys.executable, "-m", "metaservice", "serve", "--port", str(self.port), "--workers", str(self.workers)]
-        if self.log_path is None:
-            self.process = subprocess.Popen(
-                command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-            )
-        else:
-            with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
-                self.process = subprocess.Popen(command, env=env, stdout=log, stderr=log, start_new_session=True)
-        self.wait_ready(timeout=timeout)
-        return self
-
-    def ready(self) -> bool:
-        assert self.process is not None
-        if self.process.poll() is not None:
-            raise RuntimeError(f"server exited with {self.process.returncode} (log: {self.log_path})")
-        try:
-            return httpx.get(f"{self.base_url}/readyz", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def wait_ready(self, *, timeout: float = 60) -> None:
-        wait_until(self.ready, timeout=timeout, what=f"server on port {self.port} to be ready")
-
-    def kill(self) -> None:
-        """SIGKILL the whole process group (uvicorn supervisor and workers), as a crash would."""
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
