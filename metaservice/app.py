@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from metaservice import __version__, errors
-from metaservice.api import barriers, flip, inspection, ops, versions
+from metaservice.api import barriers, flip, inspection, leases, ops, versions
 from metaservice.api.limits import BodySizeLimit
 from metaservice.db.engine import make_engine, make_sessionmaker
 from metaservice.settings import Settings
@@ -42,7 +42,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     errors.install_handlers(app)
-    for module in (flip, barriers, versions, inspection, ops):
+    for module in (flip, barriers, versions, inspection, leases, ops):
         app.include_router(module.router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     return app

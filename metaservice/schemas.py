@@ -222,3 +222,39 @@ class Problem(BaseModel):
     detail: str
     code: str
     instance: str | None = None
+
+
+MIN_LEASE_TTL, MAX_LEASE_TTL = 1.0, 7 * 24 * 3600.0
+LeaseTtl = Annotated[
+    float, Field(ge=MIN_LEASE_TTL, le=MAX_LEASE_TTL, description="seconds, between 1 and 604800 (7 days)")
+]
+
+
+class LeaseRequest(Request):
+    holder: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    snapshots: Annotated[SnapshotMap, Field(min_length=1)]
+    ttl_seconds: LeaseTtl = 600.0
+
+
+class RenewLeaseRequest(Request):
+    ttl_seconds: LeaseTtl | None = None
+
+
+class LeaseInfo(BaseModel):
+    lease_id: str
+    holder: str
+    expires_at: datetime
+    snapshots: dict[str, int]
+
+
+class ProtectedSnapshot(BaseModel):
+    snapshot_id: int
+    reason: str
+
+
+class Retention(BaseModel):
+    table: str
+    oldest_protected_snapshot_id: int | None = Field(
+        description="snapshots at or above this id must be kept; null when nothing is known about the table"
+    )
+    protected: list[ProtectedSnapshot]

@@ -17,7 +17,7 @@ __all__ = ["ServerProcess", "admin_url", "free_port", "fresh_database", "truncat
 REPO = Path(__file__).resolve().parents[1]
 TEST_PG_DIR = REPO / ".test-pg"
 TRUNCATE = (
-    "TRUNCATE job_runs, snapshot_ranges, lineage_edges, jobs, tables, barriers RESTART IDENTITY CASCADE;"
+    "TRUNCATE lease_snapshots, leases, job_runs, snapshot_ranges, lineage_edges, jobs, tables, barriers RESTART IDENTITY CASCADE;"
     " UPDATE barrier_clock SET last_barrier = 0"
 )
 

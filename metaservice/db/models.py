@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    Double,
     CheckConstraint,
     DateTime,
     ForeignKey,
@@ -172,3 +173,35 @@ class JobRun(Base):
     inputs_ready_at: Mapped[datetime | None]
     started_at: Mapped[datetime] = mapped_column(server_default=func.now())
     finished_at: Mapped[datetime | None]
+
+
+class Lease(Base):
+    """A reader's hold on snapshots: they are reported as protected until `expires_at` or release."""
+
+    __tablename__ = "leases"
+    __table_args__ = (
+        CheckConstraint("ttl_seconds > 0", name="positive_ttl"),
+        CheckConstraint("expires_at > created_at", name="expires_after_creation"),
+        Index("ix_leases_expires_at", "expires_at"),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    holder: Mapped[str] = mapped_column(Text)
+    ttl_seconds: Mapped[float] = mapped_column(Double)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    expires_at: Mapped[datetime]
+    released_at: Mapped[datetime | None]
+
+
+class LeaseSnapshot(Base):
+    """One table snapshot a lease protects."""
+
+    __tablename__ = "lease_snapshots"
+    __table_args__ = (
+        CheckConstraint("snapshot_id >= 0", name="snapshot_non_negative"),
+        Index("ix_lease_snapshots_table_id", "table_id"),
+    )
+
+    lease_id: Mapped[str] = mapped_column(Text, ForeignKey("leases.id", ondelete="CASCADE"), primary_key=True)
+    table_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("tables.id"), primary_key=True)
+    snapshot_id: Mapped[int] = mapped_column(BigInteger)

@@ -104,3 +104,15 @@ async def history(
         query = query.where(JobRun.first_barrier < before_barrier)
     return list(await session.scalars(query))
 
+
+
+async def in_flight_reading(session: AsyncSession, *, table: str) -> list[tuple[str, int, dict[str, Any]]]:
+    """(job name, barrier, inputs entry) of every in-flight run that reads `table`."""
+    from metaservice.db.models import Job
+
+    rows = await session.execute(
+        select(Job.name, JobRun.barrier, JobRun.inputs[table])
+        .join(Job, Job.id == JobRun.job_id)
+        .where(JobRun.status == "in_flight", JobRun.inputs.has_key(table))
+    )
+    return [(str(r[0]), int(r[1]), dict(r[2])) for r in rows]

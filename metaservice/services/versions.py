@@ -84,3 +84,12 @@ async def newest_complete(s: AsyncSession, *, requested: Sequence[int], scope: S
             return None
         candidate = previous
     return None
+
+
+async def snapshot_at_strong(s: AsyncSession, *, table_id: int) -> tuple[int, int] | None:
+    """(barrier, snapshot) of the table at its current strong version, if there is one."""
+    barrier = await newest_complete(s, requested=[table_id], scope=sorted(await component_of(s, [table_id])))
+    if barrier is None:
+        return None
+    row = (await snapshot_rows.covering(s, table_ids=[table_id], barrier=barrier)).get(table_id)
+    return (barrier, int(row.snapshot_id)) if row is not None and row.snapshot_id is not None else None

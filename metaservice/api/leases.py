@@ -1,0 +1,49 @@
+"""Retention and leases: readers protect snapshots; vacuum asks what must be kept."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Path, Response, status
+
+from metaservice.api.deps import CatalogPath, DatabasePath, SessionDep, TablePath, table_name
+from metaservice.api.responses import problems
+from metaservice.schemas import LeaseInfo, LeaseRequest, RenewLeaseRequest, Retention
+from metaservice.services import leases
+
+router = APIRouter(tags=["retention"])
+
+LeaseId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-fA-F-]+$")]
+
+
+@router.post("/leases", status_code=status.HTTP_201_CREATED, responses=problems(404))
+async def create_lease(body: LeaseRequest, session: SessionDep) -> LeaseInfo:
+    """Hold snapshots for `ttl_seconds`: they are reported as protected until the lease ends."""
+    return await leases.create_lease(session, holder=body.holder, snapshots=body.snapshots, ttl_seconds=body.ttl_seconds)
+
+
+@router.get("/leases/{lease_id}", responses=problems(404))
+async def get_lease(lease_id: LeaseId, session: SessionDep) -> LeaseInfo:
+    """A live lease (404 once expired or released)."""
+    return await leases.get_lease(session, lease_id=lease_id)
+
+
+@router.post("/leases/{lease_id}/renew", responses=problems(404))
+async def renew_lease(
+    lease_id: LeaseId, session: SessionDep, body: Annotated[RenewLeaseRequest | None, Body()] = None
+) -> LeaseInfo:
+    """Extend a live lease to now + ttl (default: its previous ttl)."""
+    return await leases.renew_lease(session, lease_id=lease_id, ttl_seconds=body.ttl_seconds if body else None)
+
+
+@router.delete("/leases/{lease_id}", status_code=status.HTTP_204_NO_CONTENT, responses=problems(404))
+async def release_lease(lease_id: LeaseId, session: SessionDep) -> Response:
+    """End a lease now."""
+    await leases.release_lease(session, lease_id=lease_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.get("/tables/{catalog}/{database}/{table}/retention", responses=problems(404))
+async def retention(catalog: CatalogPath, database: DatabasePath, table: TablePath, session: SessionDep) -> Retention:
+    """Snapshots that must be kept, and why: in-flight job inputs, live leases, the strong version, the newest."""
+    return await leases.retention(session, table=table_name(catalog, database, table))
