@@ -276,18 +276,36 @@ class _State:
 
 
 class _Planner:
-    """Walks one job forward from its last barrier: settles idle and skipped barriers, finds the next to process."""
+    """Walks one job forward from its last barrier: settles idle and skipped barriers, finds the next to process.
 
-    def __init__(self, s: AsyncSession, job: Job, sources: Sequence[TableRef], sinks: Sequence[TableRef]) -> None:
+    Before deciding, it settles the writers of inputs that lag behind: a writer whose inputs did not change
+    completes those barriers without being asked (PRODUCT.md "Completion"), so independent branches stay
+    alignable even when a job runs rarely. Locks are taken downstream before upstream; the lineage is acyclic,
+    so two planners never wait on each other in a cycle. `settle_only` planners never start a barrier.
+    """
+
+    def __init__(
+        self,
+        s: AsyncSession,
+        job: Job,
+        sources: Sequence[TableRef],
+        sinks: Sequence[TableRef],
+        *,
+        settle_only: bool = False,
+        visited: set[int] | None = None,
+    ) -> None:
         self.s, self.job, self.sources, self.sinks = s, job, list(sources), list(sinks)
         self.source_ids = [t.id for t in self.sources]
         self.skipped: list[int] = []
+        self.settle_only = settle_only
+        self.visited = visited if visited is not None else {job.id}
 
     async def decide(self) -> BarrierDecision:
         head = await barrier_rows.head(self.s)
         if head is None or not self.sources:
             return self._answer("idle", None)
         roots = await table_rows.root_ids(self.s, ids=self.source_ids)
+        await self._settle_upstream(head.barrier, roots)
         for _ in range(MAX_STEPS_PER_CALL):
             last = self.job.last_barrier
             frontier = await self._frontier(head.barrier, roots)
@@ -320,8 +338,34 @@ class _Planner:
             if previous is not None and snapshots == before and await self._sinks_have_data():
                 await self._idle_through(target, restore=True)
                 continue
+            if self.settle_only:
+                return self._answer("process", target)
             return await self._start(target, states, previous)
         return self._answer("wait", None)
+
+    async def _settle_upstream(self, head: int, roots: set[int]) -> None:
+        """Let the writers of lagging intermediate inputs complete the barriers where their inputs did not change."""
+        lasts = await snapshot_rows.last(self.s, table_ids=self.source_ids)
+        for table_id in self.source_ids:
+            last = lasts.get(table_id)
+            if table_id in roots or last is None or last.last_barrier is None or last.last_barrier >= head:
+                continue
+            writer = await edge_rows.writer_of(self.s, table_id=table_id)
+            if writer is None or writer.id in self.visited:
+                continue
+            self.visited.add(writer.id)
+            locked = await job_rows.lock(self.s, name=writer.name)
+            if locked is None or not locked.is_active or await run_rows.in_flight(self.s, job_id=locked.id):
+                continue
+            upstream = _Planner(
+                self.s,
+                locked,
+                await edge_rows.tables_of(self.s, job_id=locked.id, role="source"),
+                await edge_rows.tables_of(self.s, job_id=locked.id, role="sink"),
+                settle_only=True,
+                visited=self.visited,
+            )
+            await upstream.decide()
 
     async def _frontier(self, head: int, roots: set[int]) -> int | None:
         """The newest barrier every input has settled (completed or aborted); None if one has settled none."""

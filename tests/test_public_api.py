@@ -1,0 +1,18 @@
+"""The client's public surface is exactly what CLIENT.md documents (plus the error types)."""
+
+from __future__ import annotations
+
+import spark_client
+
+
+def test_public_names_are_pinned() -> None:
+    assert sorted(spark_client.__all__) == sorted(
+        [
+            "Catalog", "Conflict", "ConsistentTables", "CycleError", "DeltaCatalog", "EtlJob", "Inputs",
+            "InvalidRequest", "MetaServiceClient", "MetaServiceError", "NoConsistentVersion", "NotAppendOnly",
+            "NotFound", "NotInFlight", "OutcomeUnknown", "PermanentFailure", "RetryPolicy", "RunResult",
+            "SchemaMismatch", "SnapshotConflict", "TableHasWriter", "Unavailable", "consistent_tables",
+        ]
+    )
+    for name in spark_client.__all__:
+        assert getattr(spark_client, name) is not None
