@@ -11,7 +11,10 @@ import typer
 
 from metaservice.settings import Settings
 
-app = typer.Typer(help="MetaService: lineage and global timestamp barriers for chained Spark ETL jobs.", no_args_is_help=True)
+app = typer.Typer(
+    help="MetaService: lineage and global timestamp barriers for chained Spark ETL jobs.",
+    no_args_is_help=True,
+)
 logger = logging.getLogger("metaservice")
 
 DatabaseUrlOption = Annotated[
@@ -19,7 +22,8 @@ DatabaseUrlOption = Annotated[
     typer.Option("--database-url", help="PostgreSQL URL; default $METASERVICE_DATABASE_URL, else embedded PostgreSQL."),
 ]
 DataDirOption = Annotated[
-    Path | None, typer.Option("--data-dir", help="Directory of the embedded PostgreSQL (default: per-user data dir).")
+    Path | None,
+    typer.Option("--data-dir", help="Directory of the embedded PostgreSQL (default: per-user data dir)."),
 ]
 
 

@@ -49,7 +49,9 @@ def audit(inputs: Inputs) -> Mapping[str, DataFrame]:
     from pyspark.sql import functions as F
 
     orders = inputs[ORDERS]
-    counts = orders.groupBy("day").agg(F.count("*").alias("orders"), F.sum(F.col("qty") * F.col("price")).alias("amount"))
+    counts = orders.groupBy("day").agg(
+        F.count("*").alias("orders"), F.sum(F.col("qty") * F.col("price")).alias("amount")
+    )
     return {COUNTS: counts}
 
 
@@ -86,7 +88,9 @@ def ingest(spark: SparkSession, catalog: DeltaCatalog, round_no: int, rng: rando
     """Append a batch of synthetic customers and orders to the root tables; return their new Delta versions."""
     from pyspark.sql import Row
 
-    new_customers = [Row(customer_id=round_no * 100 + i, region=rng.choice(["north", "south", "east", "west"])) for i in range(5)]
+    new_customers = [
+        Row(customer_id=round_no * 100 + i, region=rng.choice(["north", "south", "east", "west"])) for i in range(5)
+    ]
     known = [c.customer_id for c in new_customers] + [r * 100 + i for r in range(1, round_no) for i in range(5)]
     orders = [
         Row(
@@ -106,9 +110,8 @@ def ingest(spark: SparkSession, catalog: DeltaCatalog, round_no: int, rng: rando
 
 def check_invariant(spark: SparkSession, client: MetaServiceClient, catalog: DeltaCatalog) -> str:
     """Revenue per day equals the sum of the enriched orders of that day, read at one strong barrier."""
-    from pyspark.sql import functions as F
 
-    from spark_client import NoConsistentVersion, consistent_tables
+    from spark_client import NoConsistentVersion
 
     try:
         return _checked_read(spark, client, catalog)
@@ -122,8 +125,12 @@ def _checked_read(spark: SparkSession, client: MetaServiceClient, catalog: Delta
     from spark_client import consistent_tables
 
     with consistent_tables(spark, client, catalog, [REVENUE, ENRICHED], consistency="strong", holder="demo") as t:
-        revenue_by_day = {r["day"]: r["revenue"] for r in t[REVENUE].groupBy("day").agg(F.sum("revenue").alias("revenue")).collect()}
-        enriched_by_day = {r["day"]: r["amount"] for r in t[ENRICHED].groupBy("day").agg(F.sum("amount").alias("amount")).collect()}
+        revenue_by_day = {
+            r["day"]: r["revenue"] for r in t[REVENUE].groupBy("day").agg(F.sum("revenue").alias("revenue")).collect()
+        }
+        enriched_by_day = {
+            r["day"]: r["amount"] for r in t[ENRICHED].groupBy("day").agg(F.sum("amount").alias("amount")).collect()
+        }
         if revenue_by_day != enriched_by_day:
             raise AssertionError(f"inconsistent read at barrier {t.barrier}: {revenue_by_day} != {enriched_by_day}")
         total = sum(revenue_by_day.values())
@@ -134,7 +141,10 @@ def print_state(base_url: str) -> None:
     tables = httpx.get(f"{base_url}/tables").json()["tables"]
     print("   table                          kind          snapshot  newest barrier")
     for t in tables:
-        print(f"   {t['table']:<30} {t['kind']:<13} {t['newest_complete_snapshot_id']!s:>8}  {t['newest_complete_barrier']}")
+        print(
+            f"   {t['table']:<30} {t['kind']:<13} {t['newest_complete_snapshot_id']!s:>8}"
+            f"  {t['newest_complete_barrier']}"
+        )
 
 
 def print_lineage(base_url: str) -> None:
@@ -200,7 +210,10 @@ def run(base_url: str, lake: Path, rounds: int, started: float) -> int:
         for round_no in range(1, rounds + 1):
             snapshots = ingest(spark, catalog, round_no, rng)
             barrier = client.issue_barrier(snapshots)
-            print(f"\n━━ round {round_no}/{rounds}: ingested {snapshots}, barrier {barrier.barrier} sealed {dict(barrier.sealed)}")
+            print(
+                f"\n━━ round {round_no}/{rounds}: ingested {snapshots}, "
+                f"barrier {barrier.barrier} sealed {dict(barrier.sealed)}"
+            )
             for name, (_s, _d, transform, mode, cadence) in PIPELINE.items():
                 if round_no % cadence and round_no != rounds:
                     print(f"   {name:<10} (runs every {cadence} rounds: not this one)")

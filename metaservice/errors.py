@@ -146,7 +146,11 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         fields = [
-            {"loc": [str(part) for part in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": e.get("type")}
+            {
+                "loc": [str(part) for part in e.get("loc", ())],
+                "msg": str(e.get("msg", "")),
+                "type": e.get("type"),
+            }
             for e in exc.errors()
         ]
         names = ", ".join(".".join(f["loc"]) for f in fields[:5])
@@ -161,7 +165,12 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        codes = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large", 400: "invalid_request"}
+        codes = {
+            404: "not_found",
+            405: "method_not_allowed",
+            413: "payload_too_large",
+            400: "invalid_request",
+        }
         code = codes.get(exc.status_code, "http_error")
         return problem(
             request,
@@ -174,7 +183,11 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:
-        logger.exception("unhandled error on %s %s", request.method, request.url.path)
+        logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
         return problem(
-            request, status=500, code="internal_error", title="Internal error", detail="an unexpected error occurred"
+            request,
+            status=500,
+            code="internal_error",
+            title="Internal error",
+            detail="an unexpected error occurred",
         )

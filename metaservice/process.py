@@ -50,7 +50,16 @@ class ServerProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("METASERVICE_")}
         env.update(self.env)
         env["METASERVICE_DATABASE_URL"] = self.database_url
-        command = [sys.executable, "-m", "metaservice", "serve", "--port", str(self.port), "--workers", str(self.workers)]
+        command = [
+            sys.executable,
+            "-m",
+            "metaservice",
+            "serve",
+            "--port",
+            str(self.port),
+            "--workers",
+            str(self.workers),
+        ]
         if self.log_path is None:
             self.process = subprocess.Popen(
                 command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Mapping, Sequence
@@ -34,7 +35,13 @@ _VERSION = "0.1.0"
 # Failures where the request provably had no effect: safe to retry even for non-idempotent calls.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 # Failures after the request may have reached the server.
-_MAYBE_SENT = (httpx.ReadTimeout, httpx.WriteTimeout, httpx.ReadError, httpx.WriteError, httpx.RemoteProtocolError)
+_MAYBE_SENT = (
+    httpx.ReadTimeout,
+    httpx.WriteTimeout,
+    httpx.ReadError,
+    httpx.WriteError,
+    httpx.RemoteProtocolError,
+)
 _RETRY_STATUSES = {429, 502, 503, 504}
 _REJECTED_STATUSES = {429, 503}  # the server answered without doing anything
 
@@ -86,7 +93,10 @@ class MetaServiceClient:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
-            base_url=base_url, headers=headers, transport=transport, timeout=httpx.Timeout(timeout, connect=5.0)
+            base_url=base_url,
+            headers=headers,
+            transport=transport,
+            timeout=httpx.Timeout(timeout, connect=5.0),
         )
 
     def __enter__(self) -> Self:
@@ -153,11 +163,11 @@ class MetaServiceClient:
     def version(self, table: str, consistency: Literal["strong", "weak"] = "strong") -> TableVersion:
         """The snapshot of one table to read now."""
         data = self._call("GET", f"/version/{consistency}/{_table_path(table)}")
-        return TableVersion(str(data["table"]), str(data["consistency"]), int(data["barrier"]), int(data["snapshot_id"]))
+        return TableVersion(
+            str(data["table"]), str(data["consistency"]), int(data["barrier"]), int(data["snapshot_id"])
+        )
 
-    def versions(
-        self, tables: Sequence[str], consistency: Literal["strong", "weak"] = "strong"
-    ) -> ConsistentVersions:
+    def versions(self, tables: Sequence[str], consistency: Literal["strong", "weak"] = "strong") -> ConsistentVersions:
         """One barrier and one snapshot per table. Raises NoConsistentVersion before the first common barrier."""
         data = self._call("POST", "/versions", json={"tables": list(tables), "consistency": consistency})
         return ConsistentVersions(str(data["consistency"]), int(data["barrier"]), dict(data["versions"]))
@@ -179,10 +189,8 @@ class MetaServiceClient:
 
     def release_lease(self, lease_id: str) -> None:
         """End a lease; a lease already gone is fine."""
-        try:
+        with contextlib.suppress(NotFound):
             self._call("DELETE", f"/leases/{quote(lease_id, safe='')}")
-        except NotFound:
-            pass
 
     def retention(self, table: str) -> Retention:
         """Which snapshots of `table` must be kept, and why."""
@@ -253,18 +261,34 @@ class MetaServiceClient:
         try:
             response = self._http.request(method, path, **kwargs)
         except _NOT_SENT as exc:
-            raise Unavailable(f"{method} {path}: {type(exc).__name__}: {exc}", code="connection_failed", body={"_not_sent": True}) from exc
+            raise Unavailable(
+                f"{method} {path}: {type(exc).__name__}: {exc}",
+                code="connection_failed",
+                body={"_not_sent": True},
+            ) from exc
         except _MAYBE_SENT as exc:
             if not idempotent:
-                raise OutcomeUnknown(f"{method} {path}: {type(exc).__name__} after sending; it may have taken effect", code="outcome_unknown") from exc
+                raise OutcomeUnknown(
+                    f"{method} {path}: {type(exc).__name__} after sending; it may have taken effect",
+                    code="outcome_unknown",
+                ) from exc
             raise Unavailable(f"{method} {path}: {type(exc).__name__}: {exc}", code="connection_failed") from exc
         if response.is_success:
             if raw:
                 return response
             return response.json() if response.content else None
         error = error_for(response.status_code, _problem(response))
-        if response.status_code in _RETRY_STATUSES and not idempotent and response.status_code not in _REJECTED_STATUSES:
-            raise OutcomeUnknown(f"{method} {path}: HTTP {response.status_code}; it may have taken effect", status=response.status_code, code="outcome_unknown", body=error.body)
+        if (
+            response.status_code in _RETRY_STATUSES
+            and not idempotent
+            and response.status_code not in _REJECTED_STATUSES
+        ):
+            raise OutcomeUnknown(
+                f"{method} {path}: HTTP {response.status_code}; it may have taken effect",
+                status=response.status_code,
+                code="outcome_unknown",
+                body=error.body,
+            )
         raise error
 
     @staticmethod
@@ -285,10 +309,8 @@ def _problem(response: httpx.Response) -> dict[str, Any]:
         body = {"detail": response.text[:500] or response.reason_phrase}
     retry_after = response.headers.get("Retry-After")
     if retry_after is not None:
-        try:
+        with contextlib.suppress(ValueError):
             body["_retry_after"] = float(retry_after)
-        except ValueError:
-            pass
     return body
 
 

@@ -8,7 +8,14 @@ from typing import Any
 class MetaServiceError(Exception):
     """Base of every error from MetaService. `code` is the problem document's machine-readable code."""
 
-    def __init__(self, detail: str, *, status: int | None = None, code: str = "error", body: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        detail: str,
+        *,
+        status: int | None = None,
+        code: str = "error",
+        body: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(f"{code}: {detail}")
         self.detail, self.status, self.code, self.body = detail, status, code, body or {}
 

@@ -56,5 +56,8 @@ class Inputs(Mapping[str, "DataFrame"]):
         """
         snapshot = self._snapshots[name]
         return self._catalog.read_changes(
-            self._spark, name, after_snapshot_id=snapshot.previous_snapshot_id, snapshot_id=snapshot.snapshot_id
+            self._spark,
+            name,
+            after_snapshot_id=snapshot.previous_snapshot_id,
+            snapshot_id=snapshot.snapshot_id,
         )

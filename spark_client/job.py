@@ -81,9 +81,13 @@ class EtlJob:
     def register(self) -> None:
         """Register every source and sink (idempotent: safe on every start)."""
         for table in self.sources:
-            self.client.register_source(self.job_id, table, format=self.catalog.format, location=self.catalog.location(table))
+            self.client.register_source(
+                self.job_id, table, format=self.catalog.format, location=self.catalog.location(table)
+            )
         for table in self.sinks:
-            self.client.register_sink(self.job_id, table, format=self.catalog.format, location=self.catalog.location(table))
+            self.client.register_sink(
+                self.job_id, table, format=self.catalog.format, location=self.catalog.location(table)
+            )
         self._roots = None
 
     def unregister(self) -> None:
@@ -91,7 +95,11 @@ class EtlJob:
         self.client.unregister(self.job_id)
 
     def run_once(
-        self, transform: Transform, *, mode: WriteMode = "overwrite", abort_on: tuple[type[BaseException], ...] = ()
+        self,
+        transform: Transform,
+        *,
+        mode: WriteMode = "overwrite",
+        abort_on: tuple[type[BaseException], ...] = (),
     ) -> RunResult:
         """Process at most one barrier.
 
@@ -113,7 +121,7 @@ class EtlJob:
         logger.info("job %s: processing barrier %d with %s", self.job_id, barrier, dict(decision.inputs))
         try:
             snapshots, reused = self._write_sinks(transform, decision.inputs, barrier=barrier, mode=mode)
-        except (PermanentFailure, *abort_on) as exc:
+        except (PermanentFailure, *abort_on) as exc:  # type: ignore[misc]
             self.client.abort_barrier(self.job_id, barrier, reason=f"{type(exc).__name__}: {exc}"[:2000])
             raise
         _failpoints.hit("before_metaservice_commit")

@@ -34,7 +34,10 @@ class BarrierDecision:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BarrierDecision:
         inputs = {
-            name: InputSnapshot(int(v["snapshot_id"]), None if v.get("previous_snapshot_id") is None else int(v["previous_snapshot_id"]))
+            name: InputSnapshot(
+                int(v["snapshot_id"]),
+                None if v.get("previous_snapshot_id") is None else int(v["previous_snapshot_id"]),
+            )
             for name, v in (data.get("inputs") or {}).items()
         }
         return cls(

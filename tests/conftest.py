@@ -18,7 +18,10 @@ from tests import support
 def _isolate_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests never see the developer's METASERVICE_* configuration (only the test database override)."""
     for name in list(os.environ):
-        if name.startswith("METASERVICE_") and name not in ("METASERVICE_TEST_DATABASE_URL", "METASERVICE_REQUIRE_BROWSER"):
+        if name.startswith("METASERVICE_") and name not in (
+            "METASERVICE_TEST_DATABASE_URL",
+            "METASERVICE_REQUIRE_BROWSER",
+        ):
             monkeypatch.delenv(name)
 
 

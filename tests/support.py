@@ -12,12 +12,21 @@ from psycopg import sql
 from metaservice.db import embedded
 from metaservice.process import ServerProcess, free_port, wait_until
 
-__all__ = ["ServerProcess", "admin_url", "free_port", "fresh_database", "truncate", "wait_until", "with_database"]
+__all__ = [
+    "ServerProcess",
+    "admin_url",
+    "free_port",
+    "fresh_database",
+    "truncate",
+    "wait_until",
+    "with_database",
+]
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_PG_DIR = REPO / ".test-pg"
 TRUNCATE = (
-    "TRUNCATE lease_snapshots, leases, job_runs, snapshot_ranges, lineage_edges, jobs, tables, barriers RESTART IDENTITY CASCADE;"
+    "TRUNCATE lease_snapshots, leases, job_runs, snapshot_ranges, lineage_edges, jobs, tables, barriers"
+    " RESTART IDENTITY CASCADE;"
     " UPDATE barrier_clock SET last_barrier = 0"
 )
 

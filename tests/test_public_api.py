@@ -8,10 +8,29 @@ import spark_client
 def test_public_names_are_pinned() -> None:
     assert sorted(spark_client.__all__) == sorted(
         [
-            "Catalog", "Conflict", "ConsistentTables", "CycleError", "DeltaCatalog", "EtlJob", "Inputs",
-            "InvalidRequest", "MetaServiceClient", "MetaServiceError", "NoConsistentVersion", "NotAppendOnly",
-            "NotFound", "NotInFlight", "OutcomeUnknown", "PermanentFailure", "RetryPolicy", "RunResult",
-            "SchemaMismatch", "SnapshotConflict", "TableHasWriter", "Unavailable", "consistent_tables",
+            "Catalog",
+            "Conflict",
+            "ConsistentTables",
+            "CycleError",
+            "DeltaCatalog",
+            "EtlJob",
+            "Inputs",
+            "InvalidRequest",
+            "MetaServiceClient",
+            "MetaServiceError",
+            "NoConsistentVersion",
+            "NotAppendOnly",
+            "NotFound",
+            "NotInFlight",
+            "OutcomeUnknown",
+            "PermanentFailure",
+            "RetryPolicy",
+            "RunResult",
+            "SchemaMismatch",
+            "SnapshotConflict",
+            "TableHasWriter",
+            "Unavailable",
+            "consistent_tables",
         ]
     )
     for name in spark_client.__all__:

@@ -98,7 +98,11 @@ async def get_barrier(barrier: BarrierPath, session: SessionDep) -> BarrierDetai
 
 @router.post("/tables/{catalog}/{database}/{table}/snapshots", responses=problems(404, 409))
 async def report_snapshot(
-    catalog: CatalogPath, database: DatabasePath, table: TablePath, body: SnapshotReportRequest, session: SessionDep
+    catalog: CatalogPath,
+    database: DatabasePath,
+    table: TablePath,
+    body: SnapshotReportRequest,
+    session: SessionDep,
 ) -> SnapshotReport:
     """An external writer reports a new snapshot of a root table; the next barrier seals it."""
     name = table_name(catalog, database, table)

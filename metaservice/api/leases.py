@@ -19,7 +19,9 @@ LeaseId = Annotated[str, Path(min_length=1, max_length=64, pattern=r"^[0-9a-fA-F
 @router.post("/leases", status_code=status.HTTP_201_CREATED, responses=problems(404))
 async def create_lease(body: LeaseRequest, session: SessionDep) -> LeaseInfo:
     """Hold snapshots for `ttl_seconds`: they are reported as protected until the lease ends."""
-    return await leases.create_lease(session, holder=body.holder, snapshots=body.snapshots, ttl_seconds=body.ttl_seconds)
+    return await leases.create_lease(
+        session, holder=body.holder, snapshots=body.snapshots, ttl_seconds=body.ttl_seconds
+    )
 
 
 @router.get("/leases/{lease_id}", responses=problems(404))

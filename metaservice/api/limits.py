@@ -60,6 +60,9 @@ class BodySizeLimit:
                 "max_bytes": self.max_bytes,
             }
         ).encode()
-        headers = [(b"content-type", b"application/problem+json"), (b"content-length", str(len(body)).encode())]
+        headers = [
+            (b"content-type", b"application/problem+json"),
+            (b"content-length", str(len(body)).encode()),
+        ]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})

@@ -13,14 +13,14 @@ Invariants (also in docs/design.md):
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, ClassVar
 
 from sqlalchemy import (
     BigInteger,
     Boolean,
-    Double,
     CheckConstraint,
     DateTime,
+    Double,
     ForeignKey,
     Identity,
     Index,
@@ -30,7 +30,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import ExcludeConstraint, JSONB
+from sqlalchemy.dialects.postgresql import JSONB, ExcludeConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -48,7 +48,7 @@ RANGE_KINDS = ("sealed", "committed", "idle", "aborted", "restored")
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
-    type_annotation_map = {dict[str, Any]: JSONB, datetime: DateTime(timezone=True)}
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSONB, datetime: DateTime(timezone=True)}
 
 
 class BarrierClock(Base):
@@ -72,7 +72,7 @@ class Barrier(Base):
 
 
 class Table(Base):
-    """A registered table. `latest_snapshot_id` is the newest snapshot known (reported for roots, committed otherwise)."""
+    """A registered table; `latest_snapshot_id` is the newest snapshot known (reported for roots, else committed)."""
 
     __tablename__ = "tables"
     __table_args__ = (

@@ -35,9 +35,7 @@ async def upsert_active(session: AsyncSession, *, name: str) -> Job:
 
 
 async def set_last_barrier(session: AsyncSession, *, job_id: int, barrier: int) -> None:
-    await session.execute(
-        update(Job).where(Job.id == job_id).values(last_barrier=barrier, last_seen_at=func.now())
-    )
+    await session.execute(update(Job).where(Job.id == job_id).values(last_barrier=barrier, last_seen_at=func.now()))
 
 
 async def touch(session: AsyncSession, *, job_id: int) -> None:
@@ -45,9 +43,7 @@ async def touch(session: AsyncSession, *, job_id: int) -> None:
 
 
 async def deactivate(session: AsyncSession, *, job_id: int) -> None:
-    await session.execute(
-        update(Job).where(Job.id == job_id).values(is_active=False, unregistered_at=func.now())
-    )
+    await session.execute(update(Job).where(Job.id == job_id).values(is_active=False, unregistered_at=func.now()))
 
 
 async def list_all(session: AsyncSession, *, limit: int, after_name: str | None = None) -> list[Job]:

@@ -81,14 +81,19 @@ async def extend(session: AsyncSession, *, run_id: int, through: int) -> None:
 
 
 async def finish(
-    session: AsyncSession, *, run_id: int, status: str, outputs: dict[str, Any] | None = None, reason: str | None = None
+    session: AsyncSession,
+    *,
+    run_id: int,
+    status: str,
+    outputs: dict[str, Any] | None = None,
+    reason: str | None = None,
 ) -> JobRun:
     values: dict[str, Any] = {"status": status, "finished_at": func.clock_timestamp()}
     if outputs is not None:
         values["outputs"] = outputs
     if reason is not None:
         values["reason"] = reason
-    run = await session.scalar(
+    run: JobRun | None = await session.scalar(
         update(JobRun).where(JobRun.id == run_id).values(**values).returning(JobRun),
         execution_options={"populate_existing": True},
     )
@@ -96,14 +101,11 @@ async def finish(
     return run
 
 
-async def history(
-    session: AsyncSession, *, job_id: int, limit: int, before_barrier: int | None = None
-) -> list[JobRun]:
+async def history(session: AsyncSession, *, job_id: int, limit: int, before_barrier: int | None = None) -> list[JobRun]:
     query = select(JobRun).where(JobRun.job_id == job_id).order_by(JobRun.first_barrier.desc()).limit(limit)
     if before_barrier is not None:
         query = query.where(JobRun.first_barrier < before_barrier)
     return list(await session.scalars(query))
-
 
 
 async def in_flight_reading(session: AsyncSession, *, table: str) -> list[tuple[str, int, dict[str, Any]]]:

@@ -119,7 +119,12 @@ async def insert_range(
 ) -> None:
     session.add(
         SnapshotRange(
-            table_id=table_id, first_barrier=first, last_barrier=last, snapshot_id=snapshot_id, kind=kind, job_id=job_id
+            table_id=table_id,
+            first_barrier=first,
+            last_barrier=last,
+            snapshot_id=snapshot_id,
+            kind=kind,
+            job_id=job_id,
         )
     )
     await session.flush()

@@ -57,9 +57,7 @@ async def issue_barrier(
     return await in_transaction(session, work)
 
 
-async def report_snapshot(
-    session: AsyncSession, *, table: str, snapshot_id: int, committed_at: datetime | None
-) -> int:
+async def report_snapshot(session: AsyncSession, *, table: str, snapshot_id: int, committed_at: datetime | None) -> int:
     """Record a new snapshot of a root table written outside MetaService; it is sealed by the next barrier."""
 
     async def work(s: AsyncSession) -> int:
@@ -200,7 +198,9 @@ async def _report_roots(s: AsyncSession, root_snapshots: Mapping[str, int]) -> l
     return sorted(root_snapshots)
 
 
-async def _allocate_and_seal(s: AsyncSession, *, issued_by: str | None) -> tuple[barrier_rows.IssuedBarrier, dict[str, int]]:
+async def _allocate_and_seal(
+    s: AsyncSession, *, issued_by: str | None
+) -> tuple[barrier_rows.IssuedBarrier, dict[str, int]]:
     issued = await barrier_rows.allocate(s, issued_by=issued_by)
     sealed_ids = await snapshot_rows.seal(s, barrier=issued.barrier)
     names = await table_rows.by_ids(s, ids=list(sealed_ids)) if sealed_ids else {}
@@ -227,9 +227,7 @@ async def _maybe_issue(s: AsyncSession, *, job: Job, sources: Sequence[TableRef]
 
 def _process(job_name: str, run: JobRun, skipped: Sequence[int] = ()) -> BarrierDecision:
     inputs = {name: InputSnapshot(**value) for name, value in run.inputs.items()}
-    return BarrierDecision(
-        job_id=job_name, action="process", barrier=run.barrier, inputs=inputs, skipped=list(skipped)
-    )
+    return BarrierDecision(job_id=job_name, action="process", barrier=run.barrier, inputs=inputs, skipped=list(skipped))
 
 
 def _check_sinks(job_id: str, sinks: Sequence[TableRef], snapshots: Mapping[str, int]) -> None:
@@ -254,7 +252,8 @@ async def _record(
     before = await barrier_rows.before(s, barrier=barrier)
     if last is not None and (last.last_barrier is None or last.last_barrier >= barrier):
         raise SnapshotConflict(
-            f"table already holds a snapshot for barrier {barrier} (it was written by another job)", barrier=barrier
+            f"table already holds a snapshot for barrier {barrier} (it was written by another job)",
+            barrier=barrier,
         )
     if last is not None and last.snapshot_id == snapshot_id and last.kind != "sealed":
         await snapshot_rows.extend(s, range_id=last.id, through=barrier)
@@ -322,8 +321,9 @@ class _Planner:
                     return await self._wait_after(frontier)
                 if change > last:
                     await self._idle_through(change)
-                target = await barrier_rows.after(self.s, barrier=change)
-                assert target is not None and target <= frontier
+                following = await barrier_rows.after(self.s, barrier=change)
+                assert following is not None and following <= frontier
+                target = following
             states = await self._states(target)
             absent = sorted(name for name, st in states.items() if st.kind == "absent")
             if absent:
@@ -424,7 +424,9 @@ class _Planner:
         for sink in self.sinks:
             if restore:
                 snapshot = await snapshot_rows.last_snapshot(self.s, table_id=sink.id)
-                await _record(self.s, table_id=sink.id, barrier=barrier, snapshot_id=snapshot, kind="idle", job=self.job)
+                await _record(
+                    self.s, table_id=sink.id, barrier=barrier, snapshot_id=snapshot, kind="idle", job=self.job
+                )
                 continue
             row = (await snapshot_rows.last(self.s, table_ids=[sink.id])).get(sink.id)
             if row is not None and row.last_barrier is not None and row.last_barrier < barrier:
@@ -450,7 +452,13 @@ class _Planner:
         for sink in self.sinks:
             await _record(self.s, table_id=sink.id, barrier=barrier, snapshot_id=None, kind="aborted", job=self.job)
         await run_rows.insert_run(
-            self.s, job_id=self.job.id, first=barrier, barrier=barrier, status="aborted", inputs={}, reason=reason,
+            self.s,
+            job_id=self.job.id,
+            first=barrier,
+            barrier=barrier,
+            status="aborted",
+            inputs={},
+            reason=reason,
             finished=True,
         )
         self.skipped.append(barrier)
@@ -496,7 +504,7 @@ class _Planner:
     def _answer(self, action: str, barrier: int | None) -> BarrierDecision:
         return BarrierDecision(
             job_id=self.job.name,
-            action=action,  # type: ignore[arg-type]
+            action=action,
             barrier=barrier,
             skipped=list(self.skipped),
         )

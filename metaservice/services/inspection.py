@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from metaservice.db.models import Job, JobRun, Table
+from metaservice.db.models import Job, JobRun, SnapshotRange, Table
 from metaservice.db.transaction import in_transaction
 from metaservice.errors import NotFound
 from metaservice.repositories import barriers as barrier_rows
@@ -63,7 +63,7 @@ def run_info(run: JobRun) -> JobRunInfo:
     return JobRunInfo(
         first_barrier=run.first_barrier,
         barrier=run.barrier,
-        status=run.status,  # type: ignore[arg-type]
+        status=run.status,
         inputs=dict(run.inputs),
         outputs=dict(run.outputs),
         reason=run.reason,
@@ -105,7 +105,7 @@ async def table_history(session: AsyncSession, *, table: str, limit: int, before
                     first_barrier=r.first_barrier,
                     last_barrier=r.last_barrier,
                     snapshot_id=r.snapshot_id,
-                    how=r.kind,  # type: ignore[arg-type]
+                    how=r.kind,
                 )
                 for r in ranges
             ],
@@ -184,8 +184,8 @@ async def _table_infos(s: AsyncSession, tables: list[Table]) -> list[TableInfo]:
                 complete = await _last_complete(s, t.id)
             if complete is not None:
                 newest_snapshot = complete.snapshot_id
-                newest_barrier = complete.last_barrier if complete.last_barrier is not None else (
-                    head.barrier if head else None
+                newest_barrier = (
+                    complete.last_barrier if complete.last_barrier is not None else (head.barrier if head else None)
                 )
         infos.append(
             TableInfo(
@@ -203,6 +203,6 @@ async def _table_infos(s: AsyncSession, tables: list[Table]) -> list[TableInfo]:
     return infos
 
 
-async def _last_complete(s: AsyncSession, table_id: int) -> object | None:
+async def _last_complete(s: AsyncSession, table_id: int) -> SnapshotRange | None:
     rows = await snapshot_rows.history(s, table_id=table_id, limit=50)
     return next((r for r in rows if r.snapshot_id is not None), None)

@@ -84,7 +84,9 @@ async def retention(session: AsyncSession, *, table: str) -> Retention:
         for job, barrier, entry in await run_rows.in_flight_reading(s, table=table):
             for key in ("snapshot_id", "previous_snapshot_id"):
                 if entry.get(key) is not None:
-                    protected.append(ProtectedSnapshot(snapshot_id=int(entry[key]), reason=f"in_flight:{job}@{barrier}:{key}"))
+                    protected.append(
+                        ProtectedSnapshot(snapshot_id=int(entry[key]), reason=f"in_flight:{job}@{barrier}:{key}")
+                    )
         for snapshot, holder in await lease_rows.live_for_table(s, table_id=row.id):
             protected.append(ProtectedSnapshot(snapshot_id=snapshot, reason=f"lease:{holder}"))
         strong = await versions.snapshot_at_strong(s, table_id=row.id)

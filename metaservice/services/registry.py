@@ -59,7 +59,9 @@ async def register(
             writer = await edge_rows.writer_of(s, table_id=row.id)
             if writer is not None and writer.id != job.id:
                 raise TableHasWriter(
-                    f"table {table!r} is already written by job {writer.name!r}", writer=writer.name, table=table
+                    f"table {table!r} is already written by job {writer.name!r}",
+                    writer=writer.name,
+                    table=table,
                 )
             path = await _path_from_table_to_job(s, start_table=row.id, target_job=job.id)
             if path is not None:

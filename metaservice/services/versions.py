@@ -41,7 +41,9 @@ async def consistent_versions(
         covering = await snapshot_rows.covering(s, table_ids=requested, barrier=barrier)
         versions = {n: covering[rows[n].id].snapshot_id for n in names}
         return ConsistentVersions(
-            consistency=consistency, barrier=barrier, versions={k: int(v) for k, v in versions.items() if v is not None}
+            consistency=consistency,
+            barrier=barrier,
+            versions={k: int(v) for k, v in versions.items() if v is not None},
         )
 
     return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
@@ -69,7 +71,9 @@ async def newest_complete(s: AsyncSession, *, requested: Sequence[int], scope: S
     if any(t not in lasts for t in requested):
         return None
     members = [t for t in scope if t in lasts]
-    candidate = min(head.barrier if r.last_barrier is None else r.last_barrier for r in lasts.values() if r.table_id in members)
+    candidate = min(
+        head.barrier if r.last_barrier is None else r.last_barrier for r in lasts.values() if r.table_id in members
+    )
     for _ in range(MAX_STEPS_BACK):
         covering = await snapshot_rows.covering(s, table_ids=members, barrier=candidate)
         blockers = [covering.get(t) for t in members]

@@ -19,7 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
 from deltalake.exceptions import TableNotFoundError
-from deltalake.transaction import AddAction
+from deltalake.transaction import AddAction, RemoveAction
 
 from spark_client import _failpoints
 
@@ -111,7 +111,7 @@ class DeltaCatalog:
             custom.update({BARRIER_KEY: str(barrier), JOB_KEY: app_id})
             transactions.append(Transaction(app_id, barrier))
         existing.create_write_transaction(
-            actions,
+            list[AddAction | RemoveAction](actions),
             mode,
             arrow_schema,
             commit_properties=CommitProperties(custom_metadata=custom or None, app_transactions=transactions or None),

@@ -1,8 +1,8 @@
 """The FLIP-276 protocol over HTTP on the diamond pipeline of PRODUCT.md (guarantees 1-6).
 
-    orders ──► enrich ──► orders_enriched ──┐
-       └─────► audit  ──► order_audit       ├──► revenue ──► revenue_by_day
-    customers ► dims ───► customer_dim ─────┘
+orders ──► enrich ──► orders_enriched ──┐
+   └─────► audit  ──► order_audit       ├──► revenue ──► revenue_by_day
+customers ► dims ───► customer_dim ─────┘
 """
 
 from __future__ import annotations
@@ -13,7 +13,12 @@ import httpx
 import pytest
 
 ORDERS, CUSTOMERS = "lake.raw.orders", "lake.raw.customers"
-ENRICHED, AUDIT, DIM, REVENUE = "lake.mart.orders_enriched", "lake.mart.order_audit", "lake.mart.customer_dim", "lake.mart.revenue_by_day"
+ENRICHED, AUDIT, DIM, REVENUE = (
+    "lake.mart.orders_enriched",
+    "lake.mart.order_audit",
+    "lake.mart.customer_dim",
+    "lake.mart.revenue_by_day",
+)
 
 JOBS = {
     "enrich": ([ORDERS], [ENRICHED]),
@@ -158,7 +163,12 @@ def test_commit_is_exactly_once(pipeline: Pipeline) -> None:
     barrier = pipeline.next("enrich", orders=1)["barrier"]
     first = pipeline.commit("enrich", barrier, **{ENRICHED: 5})
     assert first.status_code == 200
-    assert first.json() == {"job_id": "enrich", "barrier": barrier, "status": "committed", "snapshots": {ENRICHED: 5}}
+    assert first.json() == {
+        "job_id": "enrich",
+        "barrier": barrier,
+        "status": "committed",
+        "snapshots": {ENRICHED: 5},
+    }
     assert pipeline.commit("enrich", barrier, **{ENRICHED: 5}).json() == first.json()
     conflict = pipeline.commit("enrich", barrier, **{ENRICHED: 6})
     assert conflict.status_code == 409 and conflict.json()["code"] == "snapshot_conflict"

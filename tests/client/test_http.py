@@ -15,11 +15,19 @@ DECISION = {"job_id": "j", "action": "idle", "barrier": None, "inputs": {}, "ski
 
 
 def problem(status: int, code: str, **extra: object) -> httpx.Response:
-    body = {"type": f"/problems/{code}", "title": code, "status": status, "detail": f"{code} happened", "code": code}
+    body = {
+        "type": f"/problems/{code}",
+        "title": code,
+        "status": status,
+        "detail": f"{code} happened",
+        "code": code,
+    }
     return httpx.Response(status, json={**body, **extra}, headers={"content-type": "application/problem+json"})
 
 
-def client_for(answers: list[Callable[[httpx.Request], httpx.Response]], seen: list[httpx.Request]) -> MetaServiceClient:
+def client_for(
+    answers: list[Callable[[httpx.Request], httpx.Response]], seen: list[httpx.Request]
+) -> MetaServiceClient:
     def handler(request: httpx.Request) -> httpx.Response:
         seen.append(request)
         return answers[min(len(seen), len(answers)) - 1](request)
@@ -41,10 +49,18 @@ def ok(request: httpx.Request) -> httpx.Response:
 
 @pytest.mark.parametrize(
     "failure",
-    [fail(httpx.ConnectError), fail(httpx.ReadTimeout), fail(httpx.RemoteProtocolError),
-     lambda r: problem(503, "unavailable"), lambda r: problem(429, "busy"), lambda r: httpx.Response(502, text="bad gateway")],
+    [
+        fail(httpx.ConnectError),
+        fail(httpx.ReadTimeout),
+        fail(httpx.RemoteProtocolError),
+        lambda _r: problem(503, "unavailable"),
+        lambda _r: problem(429, "busy"),
+        lambda _r: httpx.Response(502, text="bad gateway"),
+    ],
 )
-def test_idempotent_calls_are_retried_on_transient_failures(failure: Callable[[httpx.Request], httpx.Response]) -> None:
+def test_idempotent_calls_are_retried_on_transient_failures(
+    failure: Callable[[httpx.Request], httpx.Response],
+) -> None:
     seen: list[httpx.Request] = []
     with client_for([failure, failure, ok], seen) as client:
         assert client.next_barrier("j").action == "idle"
@@ -53,14 +69,17 @@ def test_idempotent_calls_are_retried_on_transient_failures(failure: Callable[[h
 
 def test_retries_are_bounded() -> None:
     seen: list[httpx.Request] = []
-    with client_for([lambda r: problem(503, "unavailable")], seen) as client, pytest.raises(Unavailable):
+    with client_for([lambda _r: problem(503, "unavailable")], seen) as client, pytest.raises(Unavailable):
         client.next_barrier("j")
     assert len(seen) == FAST.attempts
 
 
 def test_retry_after_is_honoured_within_the_cap() -> None:
     seen: list[httpx.Request] = []
-    slow = lambda r: httpx.Response(503, json={"code": "unavailable", "detail": "x"}, headers={"Retry-After": "0.005"})  # noqa: E731
+
+    def slow(_r: httpx.Request) -> httpx.Response:
+        return httpx.Response(503, json={"code": "unavailable", "detail": "x"}, headers={"Retry-After": "0.005"})
+
     with client_for([slow, ok], seen) as client:
         client.next_barrier("j")
     assert len(seen) == 2
@@ -68,22 +87,25 @@ def test_retry_after_is_honoured_within_the_cap() -> None:
 
 def test_conflicts_are_not_retried_and_carry_their_fields() -> None:
     seen: list[httpx.Request] = []
-    with client_for([lambda r: problem(409, "table_has_writer", writer="enrich")], seen) as client:
-        with pytest.raises(TableHasWriter) as caught:
-            client.register_sink("other", "a.b.c")
+    answer = [lambda _r: problem(409, "table_has_writer", writer="enrich")]
+    with client_for(answer, seen) as client, pytest.raises(TableHasWriter) as caught:
+        client.register_sink("other", "a.b.c")
     assert caught.value.writer == "enrich" and caught.value.code == "table_has_writer" and len(seen) == 1
     seen.clear()
-    with client_for([lambda r: problem(409, "cycle", cycle=["a.b.c", "j", "a.b.c"])], seen) as client:
-        with pytest.raises(CycleError) as cycle:
-            client.register_source("j", "a.b.c")
+    answer = [lambda _r: problem(409, "cycle", cycle=["a.b.c", "j", "a.b.c"])]
+    with client_for(answer, seen) as client, pytest.raises(CycleError) as cycle:
+        client.register_source("j", "a.b.c")
     assert cycle.value.cycle == ["a.b.c", "j", "a.b.c"]
 
 
 def test_other_errors_map_to_types_without_retry() -> None:
-    for status, code, exc in [(422, "invalid_request", InvalidRequest), (404, "no_consistent_version", NoConsistentVersion),
-                              (500, "internal_error", ServerError)]:
+    for status, code, exc in [
+        (422, "invalid_request", InvalidRequest),
+        (404, "no_consistent_version", NoConsistentVersion),
+        (500, "internal_error", ServerError),
+    ]:
         seen: list[httpx.Request] = []
-        with client_for([lambda r, s=status, c=code: problem(s, c)], seen) as client, pytest.raises(exc):
+        with client_for([lambda _r, s=status, c=code: problem(s, c)], seen) as client, pytest.raises(exc):
             client.versions(["a.b.c"])
         assert len(seen) == 1
 
@@ -94,7 +116,10 @@ def test_non_idempotent_call_with_unknown_outcome_is_not_retried() -> None:
         client.issue_barrier()
     assert len(seen) == 1
     seen.clear()
-    issued = lambda r: httpx.Response(201, json={"barrier": 5, "issued_at": "2026-11-22T00:00:00Z", "sealed": {}})  # noqa: E731
+
+    def issued(_r: httpx.Request) -> httpx.Response:
+        return httpx.Response(201, json={"barrier": 5, "issued_at": "2026-11-22T00:00:00Z", "sealed": {}})
+
     with client_for([fail(httpx.ConnectError), issued], seen) as client:
         assert client.issue_barrier().barrier == 5  # never reached the server: safe to retry
     assert len(seen) == 2

@@ -78,8 +78,13 @@ lake.append(spark, spark.createDataFrame([(1, "a")], "id long, name string"), {T
 os.environ["METASERVICE_CLIENT_FAILPOINT"] = "after_files_written"
 lake.append(spark, spark.createDataFrame([(2, "b")], "id long, name string"), {T!r})
 """
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=180, cwd=tmp_path,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        timeout=180,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
     assert result.returncode == -9, result.stderr.decode()[-2000:]
     assert lake.latest_snapshot(T) == 1
     assert DeltaTable(lake.location(T)).to_pyarrow_table()["id"].to_pylist() == [1]

@@ -45,7 +45,10 @@ def revenue(inputs: Inputs) -> Mapping[str, DataFrame]:
 
 
 def orders(spark: SparkSession, first: int, count: int) -> DataFrame:
-    return spark.createDataFrame([(i, i % 3, 1 + i % 4) for i in range(first, first + count)], "order_id long, customer_id long, qty long")
+    return spark.createDataFrame(
+        [(i, i % 3, 1 + i % 4) for i in range(first, first + count)],
+        "order_id long, customer_id long, qty long",
+    )
 
 
 def customers(spark: SparkSession) -> DataFrame:
@@ -111,7 +114,7 @@ def test_a_failed_transform_leaves_the_barrier_for_a_retry_and_permanent_failure
 
     with pytest.raises(PermanentFailure):
         job.run_once(hopeless)
-    runs = client._call("GET", "/jobs/enrich/barriers")["runs"]  # noqa: SLF001
+    runs = client._call("GET", "/jobs/enrich/barriers")["runs"]
     assert runs[0]["status"] == "aborted" and "corrupt input" in runs[0]["reason"]
 
 
@@ -129,17 +132,26 @@ def test_job_killed_at_a_failpoint_writes_each_barrier_exactly_once_after_rerun(
         from spark_client import DeltaCatalog, EtlJob, MetaServiceClient
         spark = SparkSession.builder.master("local[1]").config("spark.ui.enabled", "false").getOrCreate()
         client = MetaServiceClient({server.base_url!r})
-        job = EtlJob(spark, client, DeltaCatalog({lake.root!r}), job_id="enrich", sources=[{ORDERS!r}], sinks=[{ENRICHED!r}])
-        job.run_once(lambda i: {{{ENRICHED!r}: i.changes({ORDERS!r}).withColumn("amount", F.col("qty") * 10)}}, mode="append")
+        lake = DeltaCatalog({lake.root!r})
+        job = EtlJob(spark, client, lake, job_id="enrich", sources=[{ORDERS!r}], sinks=[{ENRICHED!r}])
+        enrich = lambda i: {{{ENRICHED!r}: i.changes({ORDERS!r}).withColumn("amount", F.col("qty") * 10)}}
+        job.run_once(enrich, mode="append")
         """
     )
-    env = {**os.environ, "PYTHONPATH": str(REPO), "SPARK_LOCAL_IP": "127.0.0.1", "METASERVICE_CLIENT_FAILPOINT": failpoint}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "METASERVICE_CLIENT_FAILPOINT": failpoint,
+    }
     crashed = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=240)
     assert crashed.returncode == -9, crashed.stderr.decode()[-3000:]
     in_flight = client.get_job("enrich")["in_flight_barrier"]
     assert in_flight is not None
 
-    rerun = EtlJob(spark, client, lake, job_id="enrich", sources=[ORDERS], sinks=[ENRICHED]).run_once(enrich, mode="append")
+    rerun = EtlJob(spark, client, lake, job_id="enrich", sources=[ORDERS], sinks=[ENRICHED]).run_once(
+        enrich, mode="append"
+    )
     assert rerun.action == "process" and rerun.barrier == in_flight
     assert rerun.reused == (() if failpoint == "after_files_written" else (ENRICHED,))
     version = lake.latest_snapshot(ENRICHED)
@@ -178,6 +190,8 @@ def test_consistent_read_returns_exactly_the_named_snapshots_while_jobs_write(
         assert lake.latest_snapshot(ENRICHED) > tables.snapshots[ENRICHED]  # the job did move on
         assert tables[ENRICHED].count() == expected == 10
         retention = client.retention(ENRICHED)
-        assert any(p.reason == "lease:" + p.reason.split(":", 1)[1] and p.snapshot_id == tables.snapshots[ENRICHED]
-                   for p in retention.protected)
+        assert any(
+            p.reason == "lease:" + p.reason.split(":", 1)[1] and p.snapshot_id == tables.snapshots[ENRICHED]
+            for p in retention.protected
+        )
     assert all(not p.reason.startswith("lease:") for p in client.retention(ENRICHED).protected)
