@@ -9,8 +9,8 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
-from metaservice import __version__, errors
-from metaservice.api import barriers, flip, inspection, leases, ops, versions
+from metaservice import __version__, errors, observability
+from metaservice.api import barriers, flip, inspection, leases, lineage, ops, ui, versions
 from metaservice.api.limits import BodySizeLimit
 from metaservice.db.engine import make_engine, make_sessionmaker
 from metaservice.settings import Settings
@@ -44,10 +44,15 @@ def create_app(settings: Settings) -> FastAPI:
     errors.install_handlers(app)
     for module in (flip, barriers, versions, inspection, leases, ops):
         app.include_router(module.router)
+    app.include_router(lineage.router)
+    ui.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    observability.install(app)  # outermost: request ids and metrics cover every answer, 413s included
     return app
 
 
 def from_environment() -> FastAPI:
     """Factory for uvicorn workers: settings come from `METASERVICE_*` variables set by `metaservice serve`."""
-    return create_app(Settings())
+    settings = Settings()
+    observability.configure_logging(settings)
+    return create_app(settings)

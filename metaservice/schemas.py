@@ -258,3 +258,138 @@ class Retention(BaseModel):
         description="snapshots at or above this id must be kept; null when nothing is known about the table"
     )
     protected: list[ProtectedSnapshot]
+
+
+# --- admin insight: lineage, delays (issue 4) ------------------------------------------------------------------
+
+LineageDirection = Literal["upstream", "downstream", "both"]
+
+
+class RunTiming(BaseModel):
+    """One barrier of a job with where its time went (seconds; null while unknown)."""
+
+    first_barrier: int
+    barrier: int
+    status: Literal["in_flight", "committed", "idle", "aborted"]
+    inputs_ready_at: datetime | None
+    started_at: datetime
+    finished_at: datetime | None
+    waiting_seconds: float | None = Field(description="inputs ready → started")
+    processing_seconds: float | None = Field(description="started → finished")
+
+
+class TableNode(BaseModel):
+    id: str = Field(description="`table:<catalog.database.table>`")
+    kind: Literal["table"] = "table"
+    name: str
+    table_kind: Literal["root", "intermediate"]
+    format: str | None
+    latest_snapshot_id: int | None
+    newest_complete_barrier: int | None
+    newest_complete_snapshot_id: int | None
+    newest_complete_issued_at: datetime | None
+    delay_seconds: float | None = Field(description="now minus issue time of the newest complete barrier; null: none")
+
+
+class JobNode(BaseModel):
+    id: str = Field(description="`job:<job id>`")
+    kind: Literal["job"] = "job"
+    name: str
+    is_active: bool
+    last_barrier: int | None
+    lag_seconds: float | None = Field(description="issue time of the newest barrier minus that of the job's last one")
+    recent_runs: list[RunTiming] = Field(description="newest first; idle stretches are left out")
+
+
+class LineageEdge(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, serialize_by_alias=True)
+
+    from_: str = Field(alias="from")
+    to: str
+
+
+class LineageGraph(BaseModel):
+    table: str | None
+    direction: LineageDirection
+    depth: int | None
+    nodes: list[Annotated[TableNode | JobNode, Field(discriminator="kind")]]
+    edges: list[LineageEdge]
+    truncated: bool = Field(description="true when the node cap cut the graph short")
+
+
+class CriticalStep(BaseModel):
+    job_id: str
+    table: str = Field(description="the table this step completed the barrier in")
+    barrier: int
+    status: Literal["committed", "idle"]
+    inputs_ready_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    waiting_seconds: float
+    processing_seconds: float
+
+
+class TableDelay(BaseModel):
+    table: str
+    table_kind: Literal["root", "intermediate"]
+    as_of: datetime = Field(description="the database clock the delay is measured against")
+    barrier: int | None = Field(description="newest barrier the table completed; null: none yet")
+    issued_at: datetime | None
+    delay_seconds: float | None
+    completed_at: datetime | None = Field(description="when the table completed `barrier`")
+    end_to_end_seconds: float | None = Field(description="completed_at minus issued_at")
+    critical_path: list[CriticalStep] = Field(description="from the roots to the table")
+    bottleneck_job: str | None
+    bottleneck_seconds: float | None
+    path_truncated: bool = False
+
+
+class DelaySummary(BaseModel):
+    table: str
+    table_kind: Literal["root", "intermediate"]
+    barrier: int | None
+    issued_at: datetime | None
+    delay_seconds: float | None
+    bottleneck_job: str | None
+    bottleneck_seconds: float | None
+
+
+class DelayList(BaseModel):
+    as_of: datetime
+    delays: list[DelaySummary] = Field(description="worst first: tables that completed nothing, then by delay")
+
+
+class RollbackRequest(Request):
+    table: TableName = Field(description="the table whose data after `barrier` is bad (catalog.database.table)")
+    barrier: BarrierValue = Field(description="the barrier to roll back to; must have been issued")
+
+
+class CompleteRollbackRequest(Request):
+    root_snapshots: SnapshotMap = Field(
+        default_factory=dict,
+        description=(
+            "optional: the snapshot id the rolled-back root table has in storage now (the version the restore"
+            " wrote, or a correction written since); it is sealed by the next barrier. Without it the root's"
+            " newest known snapshot is reset to its restore snapshot until the next report."
+        ),
+    )
+
+
+class RestorePoint(BaseModel):
+    restore_snapshot_id: int = Field(description="restore the table in storage to this snapshot (its state at B)")
+
+
+class ResumePoint(BaseModel):
+    resume_after_barrier: int = Field(description="the job recomputes the barriers after this one")
+
+
+class Rollback(BaseModel):
+    rollback_id: str
+    table: str
+    barrier: int
+    tables: dict[str, RestorePoint] = Field(description="the table and everything downstream of it")
+    jobs: dict[str, ResumePoint] = Field(description="the jobs that recompute the affected tables")
+    status: Literal["planned", "completed", "cancelled"]
+    created_at: datetime
+    completed_at: datetime | None = None
+    cancelled_at: datetime | None = None

@@ -1,0 +1,88 @@
+"""Admin insight: lineage graph, end-to-end delays with critical paths, and Prometheus metrics."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+
+from metaservice import observability
+from metaservice.api.deps import CatalogPath, DatabasePath, SessionDep, TablePath, table_name
+from metaservice.api.responses import problems
+from metaservice.schemas import TABLE_PATTERN, DelayList, LineageDirection, LineageGraph, TableDelay
+from metaservice.services import delays, lineage
+
+router = APIRouter(tags=["inspection"])
+
+TableQuery = Annotated[
+    str | None,
+    Query(pattern=TABLE_PATTERN, max_length=386, description="`catalog.database.table`; omit for the whole graph"),
+]
+DepthQuery = Annotated[
+    int, Query(ge=0, le=lineage.MAX_DEPTH, description="job hops from the table (ignored for the whole graph)")
+]
+MaxNodesQuery = Annotated[
+    int, Query(ge=1, le=lineage.MAX_NODES, description="node cap; a graph cut short says `truncated: true`")
+]
+BarrierQuery = Annotated[
+    int | None,
+    Query(ge=1, le=2**63 - 1, description="analyse this barrier instead of the newest one the table completed"),
+]
+
+
+@router.get("/lineage", responses=problems(404))
+async def get_lineage(
+    session: SessionDep,
+    table: TableQuery = None,
+    direction: LineageDirection = "both",
+    depth: DepthQuery = lineage.DEFAULT_DEPTH,
+    max_nodes: MaxNodesQuery = lineage.DEFAULT_MAX_NODES,
+) -> LineageGraph:
+    """Tables, jobs and current edges around `table` (upstream, downstream or both; `depth` job hops), or all.
+
+    Node ids are `table:<name>` and `job:<id>`; an edge goes from a table to a job reading it and from a job to a
+    table it writes. Table nodes carry their newest complete barrier, snapshot and delay; job nodes their recent
+    barrier timings.
+    """
+    return await lineage.lineage_graph(session, table=table, direction=direction, depth=depth, max_nodes=max_nodes)
+
+
+@router.get("/tables/{catalog}/{database}/{table}/delay", responses=problems(404))
+async def get_table_delay(
+    catalog: CatalogPath,
+    database: DatabasePath,
+    table: TablePath,
+    session: SessionDep,
+    barrier: BarrierQuery = None,
+) -> TableDelay:
+    """End-to-end delay of a table and the critical path of its newest complete barrier, with the bottleneck job.
+
+    `delay_seconds` = now (database clock, `as_of`) minus `issued_at` of `barrier`. The critical path runs from the
+    roots to the table; per job, `waiting_seconds` = inputs ready → started and `processing_seconds` = started →
+    finished (idle steps, whose inputs did not change, process nothing). The bottleneck is the job with the largest
+    sum. A table that completed no barrier yet answers 200 with `barrier`, `delay_seconds` and `bottleneck_job`
+    null and an empty path. With `barrier=B`: 404 `not_found` if B was never issued, 404 `no_consistent_version`
+    if the table did not complete B.
+    """
+    return await delays.table_delay(session, table=table_name(catalog, database, table), barrier=barrier)
+
+
+@router.get("/delays", responses=problems())
+async def list_delays(session: SessionDep) -> DelayList:
+    """Every table's delay with its bottleneck job, worst first; tables that completed nothing come first."""
+    return await delays.all_delays(session)
+
+
+@router.get(
+    "/metrics",
+    tags=["operations"],
+    response_class=Response,
+    responses={200: {"content": {observability.METRICS_CONTENT_TYPE: {}}, "description": "Prometheus text format"}},
+)
+async def metrics(request: Request, session: SessionDep) -> Response:
+    """Prometheus text. Database figures are the same from every process; request and pool figures are per process."""
+    figures = await delays.metric_figures(session)
+    http_metrics: observability.HttpMetrics = request.app.state.http_metrics
+    engine = getattr(request.app.state, "engine", None)
+    body = http_metrics.render(figures, pool=engine.pool if engine is not None else None)
+    return Response(body, media_type=observability.METRICS_CONTENT_TYPE)

@@ -1,0 +1,36 @@
+"""The admin web page: static files from `metaservice/static`, served at `/ui/` (no build step)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI
+from starlette.responses import Response
+from starlette.staticfiles import StaticFiles
+from starlette.types import Scope
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+
+# The page loads only its own files and talks only to this server; nothing from elsewhere may run.
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+        "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-cache",
+}
+
+
+class _Page(StaticFiles):
+    async def get_response(self, path: str, scope: Scope) -> Response:
+        response = await super().get_response(path, scope)
+        response.headers.update(_SECURITY_HEADERS)
+        return response
+
+
+def install(app: FastAPI) -> None:
+    """Mount the page at `/ui/`; the router's slash redirect sends `/ui` there. The page is public (it holds no
+    data); the API calls it makes are authorised like any other."""
+    app.mount("/ui", _Page(directory=STATIC_DIR, html=True), name="ui")

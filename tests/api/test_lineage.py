@@ -1,0 +1,149 @@
+"""`GET /lineage`: the whole graph or around one table, by direction and depth, capped and deduplicated."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.api.test_delays import AUDIT, CUSTOMERS, DIAMOND, DIM, ENRICHED, ORDERS, REVENUE, Driver
+
+Graph = dict[str, Any]
+
+
+def lineage(api: httpx.Client, **params: Any) -> Graph:
+    response = api.get("/lineage", params=params)
+    assert response.status_code == 200, response.text
+    graph: Graph = response.json()
+    ids = [n["id"] for n in graph["nodes"]]
+    edges = [(e["from"], e["to"]) for e in graph["edges"]]
+    assert len(ids) == len(set(ids)), "duplicate nodes"
+    assert len(edges) == len(set(edges)), "duplicate edges"
+    assert all(a in ids and b in ids for a, b in edges), "edge to a node that is not in the answer"
+    return graph
+
+
+def node_ids(graph: Graph) -> set[str]:
+    return {n["id"] for n in graph["nodes"]}
+
+
+def tables(*names: str) -> set[str]:
+    return {f"table:{n}" for n in names}
+
+
+def jobs(*names: str) -> set[str]:
+    return {f"job:{n}" for n in names}
+
+
+@pytest.fixture(name="diamond")
+def fx_diamond(api: httpx.Client) -> Driver:
+    return Driver(api, DIAMOND)
+
+
+def test_whole_graph_has_every_table_job_and_edge(diamond: Driver) -> None:
+    graph = lineage(diamond.api)
+    assert graph["table"] is None and graph["truncated"] is False
+    assert node_ids(graph) == tables(ORDERS, CUSTOMERS, ENRICHED, AUDIT, DIM, REVENUE) | jobs(*DIAMOND)
+    expected = set()
+    for job, (sources, sinks) in DIAMOND.items():
+        expected |= {(f"table:{t}", f"job:{job}") for t in sources}
+        expected |= {(f"job:{job}", f"table:{t}") for t in sinks}
+    assert {(e["from"], e["to"]) for e in graph["edges"]} == expected
+    kinds = {n["id"]: n.get("table_kind") for n in graph["nodes"] if n["kind"] == "table"}
+    assert kinds[f"table:{ORDERS}"] == kinds[f"table:{CUSTOMERS}"] == "root"
+    assert kinds[f"table:{REVENUE}"] == "intermediate"
+
+
+def test_direction_selects_ancestors_or_descendants(diamond: Driver) -> None:
+    up = lineage(diamond.api, table=REVENUE, direction="upstream")
+    assert node_ids(up) == tables(REVENUE, ENRICHED, DIM, ORDERS, CUSTOMERS) | jobs("revenue", "enrich", "dims")
+
+    down = lineage(diamond.api, table=ORDERS, direction="downstream")
+    assert node_ids(down) == tables(ORDERS, ENRICHED, AUDIT, REVENUE) | jobs("enrich", "audit", "revenue")
+    assert (f"table:{DIM}", "job:revenue") not in {(e["from"], e["to"]) for e in down["edges"]}
+
+    both = lineage(diamond.api, table=ENRICHED)  # default: both
+    assert both["direction"] == "both"
+    assert node_ids(both) == tables(ENRICHED, ORDERS, REVENUE) | jobs("enrich", "revenue")
+
+
+def test_depth_counts_job_hops(diamond: Driver) -> None:
+    assert node_ids(lineage(diamond.api, table=ORDERS, depth=0)) == tables(ORDERS)
+    assert lineage(diamond.api, table=ORDERS, depth=0)["edges"] == []
+    one = lineage(diamond.api, table=ORDERS, direction="downstream", depth=1)
+    assert node_ids(one) == tables(ORDERS, ENRICHED, AUDIT) | jobs("enrich", "audit")
+    assert one["truncated"] is False and one["depth"] == 1
+    two = lineage(diamond.api, table=ORDERS, direction="downstream", depth=2)
+    assert node_ids(two) == node_ids(one) | tables(REVENUE) | jobs("revenue")
+
+
+def test_node_cap_truncates(diamond: Driver) -> None:
+    capped = lineage(diamond.api, table=ORDERS, direction="downstream", max_nodes=3)
+    assert capped["truncated"] is True and len(capped["nodes"]) == 3
+    assert f"table:{ORDERS}" in node_ids(capped)
+    whole = lineage(diamond.api, max_nodes=4)
+    assert whole["truncated"] is True and len(whole["nodes"]) == 4
+    # over the cap, the whole graph keeps the nodes nearest the roots
+    assert node_ids(whole) <= tables(ORDERS, CUSTOMERS) | jobs("enrich", "audit", "dims")
+    exact = lineage(diamond.api, table=ORDERS, direction="downstream", max_nodes=7)
+    assert exact["truncated"] is False and len(exact["nodes"]) == 7
+
+
+def test_diamond_lattice_has_each_node_and_edge_once(api: httpx.Client) -> None:
+    """6 levels of 4 tables, each job reading every table of the level below: 4^6 paths, 24+24+1 nodes."""
+    width, levels = 4, 6
+    lattice: dict[str, tuple[list[str], list[str]]] = {}
+    for level in range(levels):
+        below = [f"lake.l{level}.t{i}" for i in range(width)]
+        for i in range(width):
+            lattice[f"j{level}_{i}"] = (below, [f"lake.l{level + 1}.t{i}"])
+    lattice["sink"] = ([f"lake.l{levels}.t{i}" for i in range(width)], ["lake.out.all"])
+    Driver(api, lattice)
+
+    graph = lineage(api, table="lake.out.all", direction="upstream", depth=100)
+    assert len([n for n in graph["nodes"] if n["kind"] == "table"]) == width * (levels + 1) + 1
+    assert len([n for n in graph["nodes"] if n["kind"] == "job"]) == width * levels + 1
+    assert len(graph["edges"]) == width * levels * (width + 1) + width + 1
+    down = lineage(api, table="lake.l0.t0", direction="downstream", depth=3)
+    assert {n["id"] for n in down["nodes"] if n["kind"] == "table"} == {"table:lake.l0.t0"} | {
+        f"table:lake.l{lvl}.t{i}" for lvl in (1, 2, 3) for i in range(width)
+    }
+
+
+def test_nodes_carry_freshness_and_recent_timings(diamond: Driver) -> None:
+    barrier = diamond.run("enrich", {ORDERS: 3})
+    graph = lineage(diamond.api, table=ENRICHED, direction="upstream")
+    nodes = {n["id"]: n for n in graph["nodes"]}
+    table = nodes[f"table:{ENRICHED}"]
+    assert table["newest_complete_barrier"] == barrier and table["newest_complete_snapshot_id"] == 0
+    assert table["delay_seconds"] >= 0
+    root = nodes[f"table:{ORDERS}"]
+    assert root["newest_complete_snapshot_id"] == 3 and root["newest_complete_barrier"] == barrier
+    job = nodes["job:enrich"]
+    assert job["last_barrier"] == barrier and job["lag_seconds"] == 0
+    (run,) = job["recent_runs"]
+    history = diamond.last_run("enrich")
+    assert run["status"] == "committed" and run["barrier"] == barrier
+    assert run["processing_seconds"] == history["duration_seconds"]
+    never = lineage(diamond.api, table=DIM, depth=0)["nodes"][0]
+    assert never["newest_complete_barrier"] is None and never["delay_seconds"] is None
+
+
+@pytest.mark.parametrize(
+    ("params", "status", "code"),
+    [
+        ({"table": "lake.raw.nope"}, 404, "not_found"),
+        ({"table": ORDERS, "direction": "sideways"}, 422, "invalid_request"),
+        ({"table": ORDERS, "depth": 101}, 422, "invalid_request"),
+        ({"table": ORDERS, "depth": -1}, 422, "invalid_request"),
+        ({"table": ORDERS, "depth": "deep"}, 422, "invalid_request"),
+        ({"table": "not-a-table"}, 422, "invalid_request"),
+        ({"max_nodes": 0}, 422, "invalid_request"),
+    ],
+)
+def test_bad_lineage_requests_are_problems(diamond: Driver, params: dict[str, Any], status: int, code: str) -> None:
+    response = diamond.api.get("/lineage", params=params)
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.json()["code"] == code
