@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from fastapi.routing import APIRoute
 
 from metaservice import __version__, errors, observability
-from metaservice.api import barriers, flip, inspection, leases, lineage, ops, ui, versions
+from metaservice.api import barriers, flip, inspection, leases, lineage, ops, rollbacks, ui, versions
 from metaservice.api.limits import BodySizeLimit
 from metaservice.db.engine import make_engine, make_sessionmaker
 from metaservice.settings import Settings
@@ -42,7 +42,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     app.state.settings = settings
     errors.install_handlers(app)
-    for module in (flip, barriers, versions, inspection, leases, ops):
+    for module in (flip, barriers, versions, inspection, leases, rollbacks, ops):
         app.include_router(module.router)
     app.include_router(lineage.router)
     ui.install(app)

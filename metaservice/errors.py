@@ -86,6 +86,14 @@ class RollbackConflict(MetaServiceError):
     status, code, title = 409, "rollback_conflict", "Rollback cannot proceed"
 
 
+class RollbackStale(MetaServiceError):
+    status, code, title = 409, "rollback_stale", "Rollback plan no longer matches the lineage"
+
+
+class RollbackNotPlanned(MetaServiceError):
+    status, code, title = 409, "rollback_not_planned", "Rollback is no longer planned"
+
+
 class PayloadTooLarge(MetaServiceError):
     status, code, title = 413, "payload_too_large", "Request body too large"
 

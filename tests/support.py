@@ -25,7 +25,7 @@ __all__ = [
 REPO = Path(__file__).resolve().parents[1]
 TEST_PG_DIR = REPO / ".test-pg"
 TRUNCATE = (
-    "TRUNCATE lease_snapshots, leases, job_runs, snapshot_ranges, lineage_edges, jobs, tables, barriers"
+    "TRUNCATE rollbacks, lease_snapshots, leases, job_runs, snapshot_ranges, lineage_edges, jobs, tables, barriers"
     " RESTART IDENTITY CASCADE;"
     " UPDATE barrier_clock SET last_barrier = 0"
 )

@@ -182,6 +182,7 @@ class Lease(Base):
     __table_args__ = (
         CheckConstraint("ttl_seconds > 0", name="positive_ttl"),
         CheckConstraint("expires_at > created_at", name="expires_after_creation"),
+        CheckConstraint("char_length(holder) BETWEEN 1 AND 200", name="holder_length"),
         Index("ix_leases_expires_at", "expires_at"),
     )
 
@@ -205,3 +206,32 @@ class LeaseSnapshot(Base):
     lease_id: Mapped[str] = mapped_column(Text, ForeignKey("leases.id", ondelete="CASCADE"), primary_key=True)
     table_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("tables.id"), primary_key=True)
     snapshot_id: Mapped[int] = mapped_column(BigInteger)
+
+
+ROLLBACK_STATUSES = ("planned", "completed", "cancelled")
+
+
+class Rollback(Base):
+    """A planned or applied rollback of a table and everything downstream of it to `barrier`.
+
+    `plan` holds the wire plan ({"tables": {name: {"restore_snapshot_id"}}, "jobs": {name: {...}}}); `forgotten`
+    keeps the snapshot ranges and job runs that completing it removed, so the history is not lost.
+    """
+
+    __tablename__ = "rollbacks"
+    __table_args__ = (
+        CheckConstraint(f"status IN {ROLLBACK_STATUSES!r}", name="known_status"),
+        CheckConstraint("(status = 'completed') = (completed_at IS NOT NULL)", name="completed_when_completed"),
+        CheckConstraint("(status = 'cancelled') = (cancelled_at IS NOT NULL)", name="cancelled_when_cancelled"),
+        Index("ix_rollbacks_planned", "status", postgresql_where=text("status = 'planned'")),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    table_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("tables.id"))
+    barrier: Mapped[int] = mapped_column(BigInteger, ForeignKey("barriers.barrier"))
+    plan: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    status: Mapped[str] = mapped_column(Text, server_default=text("'planned'"))
+    forgotten: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    completed_at: Mapped[datetime | None]
+    cancelled_at: Mapped[datetime | None]

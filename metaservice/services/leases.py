@@ -10,6 +10,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from metaservice.db.transaction import in_transaction
 from metaservice.errors import NotFound
 from metaservice.repositories import leases as lease_rows
+from metaservice.repositories import rollbacks as rollback_rows
 from metaservice.repositories import runs as run_rows
 from metaservice.repositories import tables as table_rows
 from metaservice.schemas import LeaseInfo, ProtectedSnapshot, Retention
@@ -89,6 +90,8 @@ async def retention(session: AsyncSession, *, table: str) -> Retention:
                     )
         for snapshot, holder in await lease_rows.live_for_table(s, table_id=row.id):
             protected.append(ProtectedSnapshot(snapshot_id=snapshot, reason=f"lease:{holder}"))
+        for rollback_id, snapshot in await rollback_rows.planned_restores(s, table=table):
+            protected.append(ProtectedSnapshot(snapshot_id=snapshot, reason=f"rollback:{rollback_id}"))
         strong = await versions.snapshot_at_strong(s, table_id=row.id)
         if strong is not None:
             protected.append(ProtectedSnapshot(snapshot_id=strong[1], reason=f"strong_version@{strong[0]}"))
