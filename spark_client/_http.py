@@ -1,81 +1,157 @@
-"""MetaServiceClient: typed access to the MetaService HTTP API with safe retries."""
+"""MetaServiceClient: typed access to the MetaService HTTP API, with retries that are safe by construction."""
 
 from __future__ import annotations
 
 import contextlib
+import email.utils
+import functools
+import importlib.metadata
 import logging
 import os
+import time
 from collections.abc import Mapping, Sequence
-from datetime import datetime
-from typing import Any, Literal, Self
+from datetime import UTC, datetime
+from typing import Any, Literal, NoReturn, Self
 from urllib.parse import quote
 
 import httpx
-from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_attempt, stop_after_delay
+from tenacity import RetryCallState
 
 from spark_client._retry import RetryPolicy
-from spark_client.errors import MetaServiceError, NotFound, OutcomeUnknown, Unavailable, error_for
+from spark_client.errors import (
+    MetaServiceError,
+    NotFound,
+    OutcomeUnknown,
+    Unavailable,
+    error_from_problem,
+)
 from spark_client.models import (
     BarrierDecision,
     Commit,
     ConsistentVersions,
     IssuedBarrier,
     Lease,
-    ProtectedSnapshot,
     Registration,
     Retention,
     RollbackPlan,
     TableVersion,
-    parse_time,
 )
 
 logger = logging.getLogger("spark_client")
 
-_VERSION = "0.1.0"
-# Failures where the request provably had no effect: safe to retry even for non-idempotent calls.
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-# Failures after the request may have reached the server.
-_MAYBE_SENT = (
+TOKEN_ENV = "METASERVICE_TOKEN"
+Consistency = Literal["strong", "weak"]
+Direction = Literal["upstream", "downstream", "both"]
+
+# The request provably never reached the server: safe to repeat even when the call is not idempotent.
+_NOT_SENT: tuple[type[httpx.TransportError], ...] = (
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+)
+# The request may have reached the server, and its effect is unknown.
+_MAYBE_SENT: tuple[type[httpx.TransportError], ...] = (
     httpx.ReadTimeout,
     httpx.WriteTimeout,
     httpx.ReadError,
     httpx.WriteError,
     httpx.RemoteProtocolError,
 )
-_RETRY_STATUSES = {429, 502, 503, 504}
-_REJECTED_STATUSES = {429, 503}  # the server answered without doing anything
+# Answers of a gateway that may have forwarded the request: the effect is unknown.
+_GATEWAY_STATUSES = frozenset({502, 504})
+_MAX_DETAIL = 500
+
+
+@functools.cache
+def _user_agent() -> str:
+    try:
+        version = importlib.metadata.version("metaservice")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return f"metaservice-spark-client/{version}"
 
 
 def _table_path(table: str) -> str:
+    """`catalog.database.table` as three quoted path segments."""
     parts = table.split(".")
-    if len(parts) != 3:
+    if len(parts) != 3 or not all(parts):
         raise ValueError(f"table names are catalog.database.table, got {table!r}")
-    return "/".join(quote(p, safe="") for p in parts)
+    return "/".join(quote(part, safe="") for part in parts)
 
 
-def _job(job_id: str) -> str:
-    return quote(job_id, safe="")
+def _segment(value: str | int) -> str:
+    """One path segment; job ids may hold `.`, `:` and `-`, and nothing may escape the segment."""
+    return quote(str(value), safe="")
+
+
+def _rfc3339(moment: datetime) -> str:
+    if moment.tzinfo is None or moment.utcoffset() is None:
+        raise ValueError("committed_at must be timezone-aware (RFC 3339 needs an offset)")
+    return moment.astimezone(UTC).isoformat()
+
+
+def _retry_after(response: httpx.Response) -> float | None:
+    """The Retry-After header in seconds (delta-seconds or HTTP-date), None when absent or unreadable."""
+    value = response.headers.get("Retry-After")
+    if value is None:
+        return None
+    with contextlib.suppress(ValueError):
+        return max(float(value), 0.0)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max((when - datetime.now(UTC)).total_seconds(), 0.0)
+
+
+def _problem(response: httpx.Response) -> dict[str, Any]:
+    """The problem document of an error answer; a non-JSON body becomes a `detail` of its first characters."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        return body
+    text = response.text.strip()
+    return {"status": response.status_code, "detail": text[:_MAX_DETAIL] or response.reason_phrase}
 
 
 class MetaServiceClient:
-    """Typed access to the MetaService API.
+    """Typed access to the MetaService HTTP API.
 
-    Every protocol call (register, next, commit, abort, versions, reads…) is idempotent by protocol, so it is
-    retried with jittered exponential backoff on connection errors and 429/502/503/504 (honouring Retry-After),
-    within the policy's attempts and deadline. Other 4xx are never retried. Calls that are not idempotent
-    (`issue_barrier`, `create_lease`, `plan_rollback`) are retried only when the request provably had no effect
-    (connection refused, 503/429); when the outcome is unknown they raise `OutcomeUnknown`.
+    Retries. Transient failures are retried with exponential backoff and full jitter, within the attempts and
+    the total deadline of the `RetryPolicy`. Transient means a connection error (connect, read or write
+    failure or timeout, pool timeout, connection dropped) or an answer 429, 502, 503 or 504; a `Retry-After`
+    header is honoured, capped by the policy. Other 4xx answers are never retried, nor is 500 (a server bug:
+    `ServerError`). When retries run out, `Unavailable` is raised.
+
+    Idempotency. Every protocol call (register, unregister, next, commit, abort, report_snapshot, version(s),
+    reads, renew/release lease, complete rollback) is idempotent by protocol: repeating it after a lost answer
+    returns the first answer, so it is retried on every transient failure. Three calls are not
+    idempotent: `issue_barrier`, `create_lease` and `plan_rollback`. They are retried only when the request
+    provably had no effect (connection refused or connect timeout, pool timeout, 503, 429). When the outcome
+    is unknown (read timeout, connection dropped after sending, 502 or 504 from a gateway) they raise
+    `OutcomeUnknown` instead of risking a second barrier, lease or plan (pyiceberg's CommitStateUnknown).
+
+    Errors. Error answers are RFC 9457 problem documents and become `MetaServiceError` subclasses
+    (`NotFound`, `Conflict` and its per-code subclasses, `InvalidRequest`, ...) carrying `status`, `code`,
+    `detail` and `body`.
 
     Args:
-        base_url: e.g. "http://127.0.0.1:8080".
-        token: bearer token; defaults to $METASERVICE_TOKEN.
-        retry: retry policy (default: 8 attempts within 60 s).
-        timeout: per-request timeout in seconds.
-        transport: custom httpx transport (tests, proxies).
+        base_url: the server, e.g. "http://127.0.0.1:8080" (a path prefix is kept).
+        token: bearer token; defaults to the environment variable `METASERVICE_TOKEN`. No token: no
+            Authorization header.
+        retry: the retry policy (default: 8 attempts within 60 s, backoff 0.1 s doubling up to 5 s).
+        timeout: seconds allowed for each request (connecting: at most 5 s of it).
+        transport: an httpx transport to use instead of the network (proxies, tests).
 
     Example:
         with MetaServiceClient("http://127.0.0.1:8080") as client:
             decision = client.next_barrier("enrich", {"lake.raw.orders": 12})
+            if decision.action == "process":
+                ...
     """
 
     def __init__(
@@ -87,17 +163,35 @@ class MetaServiceClient:
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        self.retry = retry or RetryPolicy()
-        token = token if token is not None else os.environ.get("METASERVICE_TOKEN")
-        headers = {"User-Agent": f"metaservice-spark-client/{_VERSION}"}
+        self._retry = retry or RetryPolicy()
+        token = token if token is not None else os.environ.get(TOKEN_ENV)
+        headers = {"User-Agent": _user_agent(), "Accept": "application/json, application/problem+json"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
         self._http = httpx.Client(
             base_url=base_url,
             headers=headers,
             transport=transport,
-            timeout=httpx.Timeout(timeout, connect=5.0),
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
         )
+
+    @property
+    def base_url(self) -> str:
+        """The server's base URL.
+
+        Example:
+            print(client.base_url)  # "http://127.0.0.1:8080"
+        """
+        return str(self._http.base_url).rstrip("/")
+
+    @property
+    def retry(self) -> RetryPolicy:
+        """The retry policy in force.
+
+        Example:
+            assert client.retry.attempts == 8
+        """
+        return self._retry
 
     def __enter__(self) -> Self:
         return self
@@ -106,185 +200,423 @@ class MetaServiceClient:
         self.close()
 
     def close(self) -> None:
+        """Close the connections. The client cannot be used afterwards.
+
+        Example:
+            client = MetaServiceClient(url)
+            try:
+                client.health()
+            finally:
+                client.close()
+        """
         self._http.close()
 
-    # --- lineage ---------------------------------------------------------------------------------------------
+    # --- lineage ------------------------------------------------------------------------------------------
 
     def register_source(
         self, job_id: str, table: str, *, format: str | None = None, location: str | None = None
     ) -> Registration:
-        """Declare that `job_id` reads `table` (idempotent)."""
+        """Declare that `job_id` reads `table`; creates the job and the table on first sight. Idempotent.
+
+        Args:
+            job_id: the job.
+            table: `catalog.database.table`.
+            format: the table's storage format ("delta", "paimon", "iceberg"), when known.
+            location: where the table lives, when known.
+
+        Returns:
+            The edge; `created` is False when it already existed.
+
+        Raises:
+            CycleError: the edge would close a loop in the lineage graph.
+
+        Example:
+            client.register_source("enrich", "lake.raw.orders", format="delta", location="/data/lake/...")
+        """
         return self._register("source", job_id, table, format=format, location=location)
 
     def register_sink(
         self, job_id: str, table: str, *, format: str | None = None, location: str | None = None
     ) -> Registration:
-        """Declare that `job_id` writes `table` (idempotent). Raises TableHasWriter, CycleError."""
+        """Declare that `job_id` writes `table`. Idempotent.
+
+        Args:
+            job_id: the job.
+            table: `catalog.database.table`.
+            format: the table's storage format, when known.
+            location: where the table lives, when known.
+
+        Returns:
+            The edge; `created` is False when it already existed.
+
+        Raises:
+            TableHasWriter: another job writes the table (`writer` names it).
+            CycleError: the edge would close a loop in the lineage graph.
+
+        Example:
+            client.register_sink("enrich", "lake.mart.orders_enriched", format="delta")
+        """
         return self._register("sink", job_id, table, format=format, location=location)
 
     def unregister(self, job_id: str) -> None:
-        """The job is retired: drop its edges and writer claims."""
-        self._call("POST", f"/unregister/{_job(job_id)}")
+        """Retire a job: drop its edges and writer claims; its barrier history stays.
 
-    # --- barrier protocol ---------------------------------------------------------------------------------------
+        Raises:
+            NotFound: the job is unknown.
+
+        Example:
+            client.unregister("enrich")
+        """
+        self._call("POST", f"/unregister/{_segment(job_id)}")
+
+    # --- barrier protocol ---------------------------------------------------------------------------------
 
     def next_barrier(self, job_id: str, root_snapshots: Mapping[str, int] | None = None) -> BarrierDecision:
-        """Ask what the job must do now; the same in-flight barrier is returned until commit/abort."""
-        data = self._call(
-            "POST", f"/jobs/{_job(job_id)}/barriers/next", json={"root_snapshots": dict(root_snapshots or {})}
-        )
-        return BarrierDecision.from_json(data)
+        """Ask what the job must do now. Until commit or abort, the same barrier and inputs come back.
+
+        Args:
+            job_id: the job.
+            root_snapshots: the latest storage snapshot of each root input; newer ones lead to a new barrier.
+
+        Returns:
+            "process" a barrier with the given inputs, "wait" for one, or "idle".
+
+        Raises:
+            NotFound: the job is not registered.
+
+        Example:
+            decision = client.next_barrier("enrich", {"lake.raw.orders": 12})
+        """
+        body = {"root_snapshots": dict(root_snapshots or {})}
+        path = f"/jobs/{_segment(job_id)}/barriers/next"
+        return BarrierDecision.from_json(self._object("POST", path, json=body))
 
     def commit_barrier(self, job_id: str, barrier: int, snapshots: Mapping[str, int]) -> Commit:
-        """Report the sink snapshots written for `barrier` (exactly once; a repeat is a no-op)."""
-        data = self._call(
-            "POST", f"/jobs/{_job(job_id)}/barriers/{barrier}/commit", json={"snapshots": dict(snapshots)}
-        )
-        return Commit(str(data["job_id"]), int(data["barrier"]), str(data["status"]), dict(data["snapshots"]))
+        """Record the snapshot written to each sink for `barrier`. The same commit again is a no-op.
 
-    def abort_barrier(self, job_id: str, barrier: int, reason: str | None = None) -> None:
-        """Give the barrier up: downstream jobs skip it."""
-        self._call("POST", f"/jobs/{_job(job_id)}/barriers/{barrier}/abort", json={"reason": reason})
+        Args:
+            job_id: the job.
+            barrier: the barrier in flight for the job.
+            snapshots: one snapshot id for each sink of the job.
+
+        Returns:
+            The commit as recorded.
+
+        Raises:
+            NotInFlight: the barrier was never handed to the job, or was aborted.
+            SnapshotConflict: the barrier was already committed with other snapshots.
+            SnapshotRegressed: a snapshot id is lower than at an earlier barrier.
+            InvalidRequest: the sinks listed are not exactly the job's sinks.
+
+        Example:
+            client.commit_barrier("enrich", decision.barrier, {"lake.mart.orders_enriched": 7})
+        """
+        path = f"/jobs/{_segment(job_id)}/barriers/{int(barrier)}/commit"
+        return Commit.from_json(self._object("POST", path, json={"snapshots": dict(snapshots)}))
+
+    def abort_barrier(self, job_id: str, barrier: int, *, reason: str | None = None) -> None:
+        """Give a barrier up: it never completes in the job's sinks, and downstream jobs skip it.
+
+        Args:
+            job_id: the job.
+            barrier: the barrier in flight for the job.
+            reason: why, shown to admins.
+
+        Raises:
+            AlreadyCommitted: the barrier was committed already.
+
+        Example:
+            client.abort_barrier("enrich", barrier, reason="input file is corrupt")
+        """
+        body = {"reason": reason} if reason is not None else {}
+        self._call("POST", f"/jobs/{_segment(job_id)}/barriers/{int(barrier)}/abort", json=body)
 
     def issue_barrier(self, root_snapshots: Mapping[str, int] | None = None) -> IssuedBarrier:
-        """Issue a global barrier now, sealing the given (and every known) root snapshot. Not idempotent."""
-        data = self._call("POST", "/barriers", json={"root_snapshots": dict(root_snapshots or {})}, idempotent=False)
-        return IssuedBarrier(int(data["barrier"]), parse_time(data["issued_at"]), dict(data["sealed"]))
+        """Issue a global barrier now, sealing the newest snapshot of every root table. Not idempotent.
+
+        Args:
+            root_snapshots: newest snapshots of root tables that the server may not know yet.
+
+        Returns:
+            The barrier, when it was issued and what it sealed.
+
+        Raises:
+            OutcomeUnknown: the request may have issued a barrier, but no answer came back.
+
+        Example:
+            issued = client.issue_barrier({"lake.raw.orders": 12})
+        """
+        body = {"root_snapshots": dict(root_snapshots or {})}
+        return IssuedBarrier.from_json(self._object("POST", "/barriers", json=body, idempotent=False))
 
     def report_snapshot(self, table: str, snapshot_id: int, *, committed_at: datetime | None = None) -> None:
-        """Report a new snapshot of a root table written outside MetaService."""
-        body: dict[str, Any] = {"snapshot_id": snapshot_id}
+        """Report a new snapshot of a root table, written outside MetaService; the next barrier seals it.
+
+        Args:
+            table: a root table, `catalog.database.table`.
+            snapshot_id: the new snapshot.
+            committed_at: when the snapshot was committed; must be timezone-aware.
+
+        Raises:
+            NotRoot: the table is written by a job.
+            ValueError: `committed_at` has no timezone.
+
+        Example:
+            client.report_snapshot("lake.raw.orders", 13, committed_at=datetime.now(UTC))
+        """
+        body: dict[str, Any] = {"snapshot_id": int(snapshot_id)}
         if committed_at is not None:
-            body["committed_at"] = committed_at.isoformat()
+            body["committed_at"] = _rfc3339(committed_at)
         self._call("POST", f"/tables/{_table_path(table)}/snapshots", json=body)
 
-    # --- reads ----------------------------------------------------------------------------------------------
+    # --- reads --------------------------------------------------------------------------------------------
 
-    def version(self, table: str, consistency: Literal["strong", "weak"] = "strong") -> TableVersion:
-        """The snapshot of one table to read now."""
-        data = self._call("GET", f"/version/{consistency}/{_table_path(table)}")
-        return TableVersion(
-            str(data["table"]), str(data["consistency"]), int(data["barrier"]), int(data["snapshot_id"])
-        )
+    def version(self, table: str, consistency: Consistency = "strong") -> TableVersion:
+        """The snapshot of one table to read now.
 
-    def versions(self, tables: Sequence[str], consistency: Literal["strong", "weak"] = "strong") -> ConsistentVersions:
-        """One barrier and one snapshot per table. Raises NoConsistentVersion before the first common barrier."""
-        data = self._call("POST", "/versions", json={"tables": list(tables), "consistency": consistency})
-        return ConsistentVersions(str(data["consistency"]), int(data["barrier"]), dict(data["versions"]))
+        Args:
+            table: `catalog.database.table`.
+            consistency: "strong" (agrees with every other strong read of the pipeline) or "weak" (freshest).
 
-    def create_lease(self, holder: str, snapshots: Mapping[str, int], ttl_seconds: float = 600) -> Lease:
-        """Protect snapshots from expiry while a reader uses them. Not idempotent."""
-        data = self._call(
-            "POST",
-            "/leases",
-            json={"holder": holder, "snapshots": dict(snapshots), "ttl_seconds": ttl_seconds},
-            idempotent=False,
-        )
-        return Lease(str(data["lease_id"]), parse_time(data["expires_at"]))
+        Raises:
+            NoConsistentVersion: no barrier has completed in the table yet.
+            NotFound: the table is unknown.
+
+        Example:
+            snapshot = client.version("lake.mart.orders_enriched").snapshot_id
+        """
+        path = f"/version/{_segment(consistency)}/{_table_path(table)}"
+        return TableVersion.from_json(self._object("GET", path))
+
+    def versions(self, tables: Sequence[str], consistency: Consistency = "strong") -> ConsistentVersions:
+        """One barrier and one snapshot per table, to read the tables together.
+
+        Args:
+            tables: `catalog.database.table` names.
+            consistency: "strong" or "weak".
+
+        Raises:
+            NoConsistentVersion: no barrier is complete in all of them yet.
+
+        Example:
+            versions = client.versions(["lake.mart.a", "lake.mart.b"], "weak").versions
+        """
+        if isinstance(tables, str):
+            raise TypeError("tables must be a sequence of table names, not one string")
+        body = {"tables": list(tables), "consistency": consistency}
+        return ConsistentVersions.from_json(self._object("POST", "/versions", json=body))
+
+    # --- leases and retention -----------------------------------------------------------------------------
+
+    def create_lease(self, holder: str, snapshots: Mapping[str, int], *, ttl_seconds: float = 600) -> Lease:
+        """Protect snapshots from expiry while a reader uses them. Not idempotent.
+
+        Args:
+            holder: who holds the lease, shown to admins.
+            snapshots: table → snapshot id to protect.
+            ttl_seconds: lifetime; renew before it runs out.
+
+        Raises:
+            OutcomeUnknown: the lease may have been created, but no answer came back (it expires on its own).
+
+        Example:
+            lease = client.create_lease("dashboard-7", {"lake.mart.a": 5}, ttl_seconds=300)
+        """
+        body = {"holder": holder, "snapshots": dict(snapshots), "ttl_seconds": ttl_seconds}
+        return Lease.from_json(self._object("POST", "/leases", json=body, idempotent=False))
 
     def renew_lease(self, lease_id: str, ttl_seconds: float | None = None) -> Lease:
+        """Extend a live lease to now + `ttl_seconds` (default: its previous ttl).
+
+        Raises:
+            NotFound: the lease expired or was released.
+
+        Example:
+            lease = client.renew_lease(lease.lease_id, 300)
+        """
         body = {"ttl_seconds": ttl_seconds} if ttl_seconds is not None else None
-        data = self._call("POST", f"/leases/{quote(lease_id, safe='')}/renew", json=body)
-        return Lease(str(data["lease_id"]), parse_time(data["expires_at"]))
+        return Lease.from_json(self._object("POST", f"/leases/{_segment(lease_id)}/renew", json=body))
 
     def release_lease(self, lease_id: str) -> None:
-        """End a lease; a lease already gone is fine."""
+        """End a lease now. A lease that is already gone (404) is not an error.
+
+        Example:
+            client.release_lease(lease.lease_id)
+        """
         with contextlib.suppress(NotFound):
-            self._call("DELETE", f"/leases/{quote(lease_id, safe='')}")
+            self._call("DELETE", f"/leases/{_segment(lease_id)}")
 
     def retention(self, table: str) -> Retention:
-        """Which snapshots of `table` must be kept, and why."""
-        data = self._call("GET", f"/tables/{_table_path(table)}/retention")
-        protected = tuple(ProtectedSnapshot(int(p["snapshot_id"]), str(p["reason"])) for p in data.get("protected", []))
-        return Retention(str(data["table"]), data.get("oldest_protected_snapshot_id"), protected)
+        """Which snapshots of `table` must be kept, and why.
+
+        Example:
+            floor = client.retention("lake.mart.a").oldest_protected_snapshot_id
+        """
+        return Retention.from_json(self._object("GET", f"/tables/{_table_path(table)}/retention"))
+
+    # --- rollback -----------------------------------------------------------------------------------------
 
     def plan_rollback(self, table: str, barrier: int) -> RollbackPlan:
-        data = self._call("POST", "/rollbacks", json={"table": table, "barrier": barrier}, idempotent=False)
-        return RollbackPlan.from_json(data)
+        """Plan a rollback of `table` and everything downstream of it to `barrier`. Not idempotent.
 
-    def complete_rollback(self, rollback_id: str) -> RollbackPlan:
-        data = self._call("POST", f"/rollbacks/{quote(str(rollback_id), safe='')}/complete")
-        return RollbackPlan.from_json(data)
+        Returns:
+            The snapshot to restore in each table and the barrier each job resumes after.
+
+        Raises:
+            OutcomeUnknown: a plan may have been made, but no answer came back.
+
+        Example:
+            plan = client.plan_rollback("lake.raw.orders", 1763800000123456)
+        """
+        body = {"table": table, "barrier": int(barrier)}
+        return RollbackPlan.from_json(self._object("POST", "/rollbacks", json=body, idempotent=False))
+
+    def complete_rollback(
+        self, rollback_id: str | int, root_snapshots: Mapping[str, int] | None = None
+    ) -> RollbackPlan:
+        """Tell MetaService storage was restored: completions after the barrier are forgotten, jobs resume.
+
+        Idempotent: completing again returns the same plan.
+
+        Args:
+            rollback_id: the plan's id.
+            root_snapshots: for a rolled-back root table, the snapshot it has in storage now (the version the
+                restore wrote); without it the server takes the restore snapshot.
+
+        Example:
+            client.complete_rollback(plan.rollback_id, {"lake.raw.orders": 14})
+        """
+        body = {"root_snapshots": dict(root_snapshots)} if root_snapshots else None
+        path = f"/rollbacks/{_segment(rollback_id)}/complete"
+        return RollbackPlan.from_json(self._object("POST", path, json=body))
+
+    # --- inspection and operations ------------------------------------------------------------------------
 
     def get_job(self, job_id: str) -> dict[str, Any]:
-        return dict(self._call("GET", f"/jobs/{_job(job_id)}"))
+        """A job's sources, sinks, last barrier, barrier in flight and last contact, as the server says.
+
+        Example:
+            in_flight = client.get_job("enrich")["in_flight_barrier"]
+        """
+        return self._object("GET", f"/jobs/{_segment(job_id)}")
 
     def get_table(self, table: str) -> dict[str, Any]:
-        return dict(self._call("GET", f"/tables/{_table_path(table)}"))
+        """A table's kind, writer, readers, format, location and newest complete barrier.
 
-    def lineage(self, table: str | None = None, *, direction: str = "both", depth: int | None = None) -> dict[str, Any]:
-        params: dict[str, Any] = {"direction": direction}
+        Example:
+            is_root = client.get_table("lake.raw.orders")["kind"] == "root"
+        """
+        return self._object("GET", f"/tables/{_table_path(table)}")
+
+    def lineage(
+        self, table: str | None = None, *, direction: Direction = "both", depth: int | None = None
+    ) -> dict[str, Any]:
+        """The lineage graph around `table` (the whole graph without one): `{"nodes", "edges", "truncated"}`.
+
+        Example:
+            upstream = client.lineage("lake.mart.revenue", direction="upstream", depth=2)
+        """
+        params: dict[str, str | int] = {"direction": direction}
         if table is not None:
             params["table"] = table
         if depth is not None:
             params["depth"] = depth
-        return dict(self._call("GET", "/lineage", params=params))
+        return self._object("GET", "/lineage", params=params)
 
     def health(self) -> bool:
+        """Whether the server is ready (`GET /readyz` answers 200). One try: a probe must be quick.
+
+        Example:
+            assert client.health()
+        """
+        logger.debug("GET /readyz")
         try:
             return self._http.get("/readyz").status_code == 200
         except httpx.HTTPError:
             return False
 
-    # --- transport ------------------------------------------------------------------------------------------
+    # --- transport ----------------------------------------------------------------------------------------
 
     def _register(
-        self, role: str, job_id: str, table: str, *, format: str | None, location: str | None
+        self,
+        role: Literal["source", "sink"],
+        job_id: str,
+        table: str,
+        *,
+        format: str | None,
+        location: str | None,
     ) -> Registration:
-        body = {k: v for k, v in {"format": format, "location": location}.items() if v is not None}
-        response = self._call(
-            "POST", f"/register/{role}/{_job(job_id)}/{_table_path(table)}", json=body or None, raw=True
-        )
-        data = response.json()
-        return Registration(str(data["job_id"]), str(data["table"]), str(data["role"]), response.status_code == 201)
+        body = {name: value for name, value in (("format", format), ("location", location)) if value}
+        path = f"/register/{role}/{_segment(job_id)}/{_table_path(table)}"
+        response = self._request("POST", path, json=body or None)
+        return Registration.from_json(self._decode_object(response), created=response.status_code == 201)
 
-    def _call(self, method: str, path: str, *, idempotent: bool = True, raw: bool = False, **kwargs: Any) -> Any:
-        def transient(exc: BaseException) -> bool:
-            if isinstance(exc, Unavailable):
-                return idempotent or exc.status in _REJECTED_STATUSES or exc.body.get("_not_sent") is True
-            return False
+    def _call(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> Any:
+        """Send with retries; the parsed JSON answer, None when it has no body."""
+        response = self._request(method, path, idempotent=idempotent, **kwargs)
+        return self._decode(response) if response.content else None
 
-        retrying = Retrying(
-            stop=stop_after_attempt(self.retry.attempts) | stop_after_delay(self.retry.deadline),
-            wait=self.retry.wait,
-            retry=retry_if_exception(transient),
-            reraise=True,
-            before_sleep=self._log_retry(method, path),
+    def _object(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> dict[str, Any]:
+        return self._decode_object(self._request(method, path, idempotent=idempotent, **kwargs))
+
+    def _request(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> httpx.Response:
+        started = time.monotonic()
+
+        def log_retry(state: RetryCallState) -> None:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            logger.warning(
+                "%s %s failed on attempt %d of %d (%s); retrying in %.2fs",
+                method,
+                path,
+                state.attempt_number,
+                self._retry.attempts,
+                exc,
+                state.upcoming_sleep,
+            )
+
+        def give_up(state: RetryCallState) -> NoReturn:
+            exc = state.outcome.exception() if state.outcome is not None else None
+            if exc is None:
+                raise AssertionError("retries stop only after a failed attempt")
+            elapsed = time.monotonic() - started
+            exc.add_note(f"gave up after {state.attempt_number} attempt(s) in {elapsed:.1f}s")
+            raise exc
+
+        retrying = self._retry.retrying(
+            retry=lambda state: isinstance(state.outcome and state.outcome.exception(), Unavailable),
+            before_sleep=log_retry,
+            retry_error_callback=give_up,
         )
         for attempt in retrying:
             with attempt:
-                return self._send(method, path, idempotent=idempotent, raw=raw, **kwargs)
-        raise AssertionError("unreachable: the retry policy re-raises the last error")
+                return self._send(method, path, idempotent=idempotent, **kwargs)
+        raise AssertionError("unreachable: the last attempt either returns or raises")
 
-    def _send(self, method: str, path: str, *, idempotent: bool, raw: bool, **kwargs: Any) -> Any:
+    def _send(self, method: str, path: str, *, idempotent: bool, **kwargs: Any) -> httpx.Response:
+        """One attempt. Raises `Unavailable` exactly when another attempt is allowed."""
         logger.debug("%s %s", method, path)
         try:
             response = self._http.request(method, path, **kwargs)
         except _NOT_SENT as exc:
-            raise Unavailable(
-                f"{method} {path}: {type(exc).__name__}: {exc}",
-                code="connection_failed",
-                body={"_not_sent": True},
-            ) from exc
+            raise Unavailable(f"{method} {path}: {exc!r}", code="connection_failed") from exc
         except _MAYBE_SENT as exc:
-            if not idempotent:
-                raise OutcomeUnknown(
-                    f"{method} {path}: {type(exc).__name__} after sending; it may have taken effect",
-                    code="outcome_unknown",
-                ) from exc
-            raise Unavailable(f"{method} {path}: {type(exc).__name__}: {exc}", code="connection_failed") from exc
-        if response.is_success:
-            if raw:
-                return response
-            return response.json() if response.content else None
-        error = error_for(response.status_code, _problem(response))
-        if (
-            response.status_code in _RETRY_STATUSES
-            and not idempotent
-            and response.status_code not in _REJECTED_STATUSES
-        ):
+            if idempotent:
+                raise Unavailable(f"{method} {path}: {exc!r}", code="connection_lost") from exc
             raise OutcomeUnknown(
-                f"{method} {path}: HTTP {response.status_code}; it may have taken effect",
+                f"{method} {path}: {type(exc).__name__} after the request may have been sent; "
+                "it may or may not have taken effect",
+                code="outcome_unknown",
+            ) from exc
+        except httpx.TransportError as exc:  # unsupported scheme, proxy and local protocol errors
+            raise MetaServiceError(f"{method} {path}: {exc!r}", code="transport_error") from exc
+        if response.is_success:
+            return response
+        retry_after = _retry_after(response)
+        error = error_from_problem(response.status_code, _problem(response), retry_after=retry_after)
+        if not idempotent and response.status_code in _GATEWAY_STATUSES:
+            raise OutcomeUnknown(
+                f"{method} {path}: HTTP {response.status_code} from a gateway; "
+                f"it may or may not have taken effect ({error.detail})",
                 status=response.status_code,
                 code="outcome_unknown",
                 body=error.body,
@@ -292,26 +624,27 @@ class MetaServiceClient:
         raise error
 
     @staticmethod
-    def _log_retry(method: str, path: str) -> Any:
-        def log(state: RetryCallState) -> None:
-            exc = state.outcome.exception() if state.outcome else None
-            logger.warning("%s %s failed (attempt %d): %s; retrying", method, path, state.attempt_number, exc)
+    def _decode(response: httpx.Response) -> Any:
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise MetaServiceError(
+                f"{response.request.method} {response.request.url.path}: HTTP {response.status_code} "
+                f"with a body that is not JSON: {response.text[:_MAX_DETAIL]!r}",
+                status=response.status_code,
+                code="invalid_response",
+            ) from exc
 
-        return log
+    @classmethod
+    def _decode_object(cls, response: httpx.Response) -> dict[str, Any]:
+        data = cls._decode(response)
+        if not isinstance(data, dict):
+            raise MetaServiceError(
+                f"{response.request.method} {response.request.url.path}: expected an object: {data!r:.200}",
+                status=response.status_code,
+                code="invalid_response",
+            )
+        return data
 
 
-def _problem(response: httpx.Response) -> dict[str, Any]:
-    try:
-        body = response.json()
-    except ValueError:
-        body = None
-    if not isinstance(body, dict):
-        body = {"detail": response.text[:500] or response.reason_phrase}
-    retry_after = response.headers.get("Retry-After")
-    if retry_after is not None:
-        with contextlib.suppress(ValueError):
-            body["_retry_after"] = float(retry_after)
-    return body
-
-
-__all__ = ["MetaServiceClient", "MetaServiceError"]
+__all__ = ["MetaServiceClient"]

@@ -1,41 +1,101 @@
-"""Retry policy: jittered exponential backoff, bounded in attempts and total time, honouring Retry-After."""
+"""RetryPolicy: jittered exponential backoff, bounded in attempts and in total time, honouring Retry-After."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-from tenacity import RetryCallState
-from tenacity.wait import wait_random_exponential
+from tenacity import RetryCallState, Retrying, stop_after_attempt, stop_before_delay
+from tenacity.wait import wait_exponential, wait_random_exponential
 
-from spark_client.errors import MetaServiceError
+from spark_client.errors import Unavailable
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """How transient failures are retried.
+    """How the client retries transient failures.
+
+    The n-th wait is drawn uniformly from `[0, min(max_backoff, initial_backoff * 2**(n-1))]` ("full
+    jitter"); without `jitter` it is that upper bound. When the server sends `Retry-After`, that many seconds
+    are waited instead, capped at `max_backoff`. No attempt starts after `deadline` seconds: a wait that would
+    end past it is not taken, and the last error is raised.
 
     Attributes:
-        attempts: total tries per call, the first included.
-        deadline: seconds after which no new try starts.
-        initial_backoff: scale of the first wait (full jitter: uniform in [0, initial * 2**n], capped).
-        max_backoff: cap of one wait, also for a server's Retry-After.
+        attempts: tries per call, the first included (1 disables retries).
+        deadline: seconds, from the first try, within which every retry must start.
+        initial_backoff: scale of the first wait, in seconds.
+        max_backoff: cap of any single wait, the server's Retry-After included.
+        jitter: draw waits at random below the exponential bound (spreads retrying clients apart).
+        sleep: how to wait; tests pass a recorder instead of sleeping.
 
     Example:
-        client = MetaServiceClient(url, retry=RetryPolicy(attempts=3, deadline=10))
+        patient = RetryPolicy(attempts=20, deadline=300, max_backoff=30)
+        client = MetaServiceClient("http://127.0.0.1:8080", retry=patient)
     """
 
     attempts: int = 8
     deadline: float = 60.0
     initial_backoff: float = 0.1
     max_backoff: float = 5.0
+    jitter: bool = True
+    sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"attempts must be at least 1, got {self.attempts}")
+        if self.deadline <= 0:
+            raise ValueError(f"deadline must be positive, got {self.deadline}")
+        if self.initial_backoff < 0 or self.max_backoff < self.initial_backoff:
+            raise ValueError(
+                f"need 0 <= initial_backoff <= max_backoff, got {self.initial_backoff} and {self.max_backoff}"
+            )
 
     def wait(self, state: RetryCallState) -> float:
-        """Seconds before the next try: the server's Retry-After when given, else jittered exponential."""
+        """Seconds to wait before the next try: the server's Retry-After when it sent one, else the backoff.
+
+        Args:
+            state: tenacity's state of the call being retried.
+
+        Returns:
+            The wait in seconds, never more than `max_backoff`.
+
+        Example:
+            Retrying(wait=policy.wait, ...)
+        """
         outcome = state.outcome
         if outcome is not None and outcome.failed:
             exc = outcome.exception()
-            if isinstance(exc, MetaServiceError):
-                retry_after = exc.body.get("_retry_after")
-                if isinstance(retry_after, int | float):
-                    return float(min(max(retry_after, 0.0), self.max_backoff))
-        return float(wait_random_exponential(multiplier=self.initial_backoff, max=self.max_backoff)(state))
+            if isinstance(exc, Unavailable) and exc.retry_after is not None:
+                return min(max(exc.retry_after, 0.0), self.max_backoff)
+        backoff = (wait_random_exponential if self.jitter else wait_exponential)(
+            multiplier=self.initial_backoff, max=self.max_backoff
+        )
+        return float(backoff(state))
+
+    def retrying(self, *, retry: Callable[[RetryCallState], bool], **hooks: Any) -> Retrying:
+        """A tenacity `Retrying` that follows this policy.
+
+        Args:
+            retry: whether the outcome of an attempt is worth another one.
+            **hooks: further `Retrying` arguments (`before_sleep`, `retry_error_callback`, ...).
+
+        Returns:
+            A fresh `Retrying`; iterate it to run the attempts.
+
+        Example:
+            for attempt in policy.retrying(retry=retry_if_exception_type(Unavailable)):
+                with attempt:
+                    send()
+        """
+        return Retrying(
+            stop=stop_after_attempt(self.attempts) | stop_before_delay(self.deadline),
+            wait=self.wait,
+            retry=retry,
+            sleep=self.sleep,
+            **hooks,
+        )
+
+
+__all__ = ["RetryPolicy"]

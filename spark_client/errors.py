@@ -1,12 +1,39 @@
-"""Exceptions raised by the client; each carries the server's problem `code`."""
+"""Exceptions raised by the client, one class per problem `code` the server reports.
+
+Every error answer of MetaService is an RFC 9457 problem document
+(`{"type", "title", "status", "detail", "code", ...}`); `error_from_problem` turns one into the matching
+exception. Errors that never reached the server (connection failures) and answers of unknown outcome are
+`Unavailable` and `OutcomeUnknown`.
+
+Example:
+    try:
+        client.register_sink("enrich", "lake.mart.orders")
+    except TableHasWriter as exc:
+        print(f"{exc.writer} already writes lake.mart.orders")
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 
 class MetaServiceError(Exception):
-    """Base of every error from MetaService. `code` is the problem document's machine-readable code."""
+    """Base of every error the client raises.
+
+    Attributes:
+        detail: human-readable sentence.
+        status: HTTP status of the answer, or None when there was no answer (connection failures).
+        code: machine-readable problem code (`"not_found"`, `"cycle"`, ...); `"http_<status>"` when the
+            server's answer had none.
+        body: the whole problem document (empty when there was none).
+
+    Example:
+        try:
+            client.version("lake.mart.orders")
+        except MetaServiceError as exc:
+            print(exc.status, exc.code, exc.detail)
+    """
 
     def __init__(
         self,
@@ -14,87 +41,252 @@ class MetaServiceError(Exception):
         *,
         status: int | None = None,
         code: str = "error",
-        body: dict[str, Any] | None = None,
+        body: Mapping[str, Any] | None = None,
     ) -> None:
-        super().__init__(f"{code}: {detail}")
-        self.detail, self.status, self.code, self.body = detail, status, code, body or {}
+        super().__init__(detail)
+        self.detail = detail
+        self.status = status
+        self.code = code
+        self.body: dict[str, Any] = dict(body or {})
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.detail}"
 
 
 class NotFound(MetaServiceError):
-    """404: unknown job, table, barrier or lease."""
+    """404: unknown job, table, barrier, lease or rollback.
+
+    Example:
+        with contextlib.suppress(NotFound):
+            client.unregister("retired-job")
+    """
 
 
 class NoConsistentVersion(NotFound):
-    """404: no barrier is complete in every requested table yet."""
+    """404 `no_consistent_version`: no barrier is complete in every requested table yet.
+
+    Example:
+        try:
+            versions = client.versions(["lake.mart.a", "lake.mart.b"])
+        except NoConsistentVersion:
+            versions = None  # the pipeline has not completed its first barrier
+    """
 
 
 class InvalidRequest(MetaServiceError):
-    """400/413/422: the request was malformed; `errors` lists the offending fields."""
+    """400, 413 or 422: the request was malformed; nothing happened on the server.
 
-    @property
-    def errors(self) -> list[Any]:
-        return list(self.body.get("errors", []))
+    Attributes:
+        errors: the offending fields as the server lists them (`[{"loc": [...], "msg": "..."}]`).
+
+    Example:
+        try:
+            client.version("lake.mart.orders", "eventual")  # type: ignore[arg-type]
+        except InvalidRequest as exc:
+            print(exc.errors)
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        status: int | None = None,
+        code: str = "invalid_request",
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail, status=status, code=code, body=body)
+        raw = self.body.get("errors")
+        items: list[Any] = raw if isinstance(raw, list) else []
+        self.errors: list[dict[str, Any]] = [
+            dict(item) if isinstance(item, Mapping) else {"msg": str(item)} for item in items
+        ]
 
 
 class Unauthorized(MetaServiceError):
-    """401: missing or bad token."""
+    """401: the bearer token is missing or not accepted.
+
+    Example:
+        MetaServiceClient(url, token=os.environ["METASERVICE_TOKEN"])  # avoids Unauthorized
+    """
 
 
 class Forbidden(MetaServiceError):
-    """403: the token's role or scope does not allow this."""
+    """403: the token is valid but does not allow this call.
+
+    Example:
+        try:
+            client.plan_rollback("lake.mart.orders", barrier)
+        except Forbidden:
+            print("ask an admin")
+    """
 
 
 class Conflict(MetaServiceError):
-    """409: the request breaks a protocol rule."""
+    """409: the request breaks a rule of the protocol. Subclasses name the rule; other codes stay `Conflict`.
+
+    Example:
+        try:
+            client.commit_barrier("enrich", barrier, snapshots)
+        except Conflict as exc:
+            print(exc.code)
+    """
 
 
 class CycleError(Conflict):
-    """409 `cycle`: the registration would close a loop; `cycle` names the nodes along it."""
+    """409 `cycle`: the registration would close a loop in the lineage graph.
 
-    @property
-    def cycle(self) -> list[str]:
-        return list(self.body.get("cycle", []))
+    Attributes:
+        cycle: names of the nodes along the loop, as the server reports them.
+
+    Example:
+        try:
+            client.register_source("enrich", "lake.mart.orders_enriched")
+        except CycleError as exc:
+            print(" -> ".join(exc.cycle))
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        status: int | None = None,
+        code: str = "cycle",
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail, status=status, code=code, body=body)
+        raw = self.body.get("cycle")
+        self.cycle: list[str] = [str(node) for node in raw] if isinstance(raw, list) else []
 
 
 class TableHasWriter(Conflict):
-    """409 `table_has_writer`: another job writes the table; `writer` names it."""
+    """409 `table_has_writer`: another job already writes the table.
 
-    @property
-    def writer(self) -> str | None:
-        value = self.body.get("writer")
-        return str(value) if value is not None else None
+    Attributes:
+        writer: the job that writes the table ("" when the server did not say).
+
+    Example:
+        try:
+            client.register_sink("enrich-v2", "lake.mart.orders")
+        except TableHasWriter as exc:
+            client.unregister(exc.writer)
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        status: int | None = None,
+        code: str = "table_has_writer",
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail, status=status, code=code, body=body)
+        writer = self.body.get("writer")
+        self.writer: str = "" if writer is None else str(writer)
 
 
 class NotInFlight(Conflict):
-    """409 `not_in_flight`: the barrier was never handed to the job, or was aborted."""
+    """409 `not_in_flight`: the barrier was never handed to the job, or it was aborted.
+
+    Example:
+        try:
+            client.commit_barrier("enrich", barrier, snapshots)
+        except NotInFlight:
+            pass  # ask next_barrier again
+    """
 
 
 class SnapshotConflict(Conflict):
-    """409 `snapshot_conflict`: the barrier was committed with other snapshots."""
+    """409 `snapshot_conflict`: the barrier was already committed with other snapshots.
+
+    Example:
+        try:
+            client.commit_barrier("enrich", barrier, {"lake.mart.x": 8})
+        except SnapshotConflict as exc:
+            print(exc.detail)
+    """
 
 
 class SnapshotRegressed(Conflict):
-    """409 `snapshot_regressed`: a snapshot id lower than an earlier barrier's."""
+    """409 `snapshot_regressed`: a snapshot id lower than the one committed at an earlier barrier.
+
+    Example:
+        try:
+            client.commit_barrier("enrich", barrier, {"lake.mart.x": 3})
+        except SnapshotRegressed as exc:
+            print(exc.detail)
+    """
 
 
 class AlreadyCommitted(Conflict):
-    """409 `already_committed`: an abort came after the commit."""
+    """409 `already_committed`: an abort arrived after the barrier was committed.
+
+    Example:
+        with contextlib.suppress(AlreadyCommitted):
+            client.abort_barrier("enrich", barrier, reason="cancelled")
+    """
 
 
 class NotRoot(Conflict):
-    """409 `not_root`: the table is written by a job."""
+    """409 `not_root`: snapshots of a table written by a job cannot be reported from outside.
+
+    Example:
+        try:
+            client.report_snapshot("lake.mart.orders_enriched", 12)
+        except NotRoot:
+            pass  # the writer job commits this table's snapshots
+    """
 
 
 class Unavailable(MetaServiceError):
-    """The server or its database stayed unavailable (503/502/504/429 or connection errors) through all retries."""
+    """The server stayed unreachable or busy through every retry (connection errors, 429, 502, 503, 504).
+
+    Attributes:
+        retry_after: seconds the server asked to wait (its `Retry-After` header), when it said.
+
+    Example:
+        try:
+            client.next_barrier("enrich")
+        except Unavailable:
+            time.sleep(60)  # and run again later; the barrier stays in flight
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        status: int | None = None,
+        code: str = "unavailable",
+        body: Mapping[str, Any] | None = None,
+        retry_after: float | None = None,
+    ) -> None:
+        super().__init__(detail, status=status, code=code, body=body)
+        self.retry_after = retry_after
 
 
 class ServerError(MetaServiceError):
-    """500: a server bug; not retried."""
+    """500 (and other 5xx without a retry meaning): a bug in the server. Never retried.
+
+    Example:
+        try:
+            client.versions(["lake.mart.a"])
+        except ServerError as exc:
+            logger.error("report this: %s", exc.body)
+    """
 
 
 class OutcomeUnknown(MetaServiceError):
-    """A non-idempotent call may or may not have taken effect (timeout after sending). Never retried blindly."""
+    """A call that is not idempotent may or may not have taken effect, so it was not retried.
+
+    Raised by `issue_barrier`, `create_lease` and `plan_rollback` when the request may have reached the server
+    but no answer came back (read timeout, connection dropped after sending, 502, 504). Check the server's
+    state before calling again (pyiceberg's CommitStateUnknown).
+
+    Example:
+        try:
+            lease = client.create_lease("dashboard", snapshots)
+        except OutcomeUnknown:
+            lease = None  # an orphan lease, if created, expires on its own
+    """
 
 
 _CONFLICTS: dict[str, type[Conflict]] = {
@@ -106,10 +298,29 @@ _CONFLICTS: dict[str, type[Conflict]] = {
     "already_committed": AlreadyCommitted,
     "not_root": NotRoot,
 }
+_BUSY_STATUSES = frozenset({429, 502, 503, 504})
 
 
-def error_for(status: int, body: dict[str, Any]) -> MetaServiceError:
-    """The exception for an error answer's status and problem document."""
+def error_from_problem(
+    status: int,
+    body: Mapping[str, Any],
+    *,
+    retry_after: float | None = None,
+) -> MetaServiceError:
+    """The exception for an error answer, from its status and problem document.
+
+    Args:
+        status: the HTTP status (4xx or 5xx).
+        body: the problem document; may be empty or lack fields when the answer was not problem+json.
+        retry_after: the answer's Retry-After in seconds, kept on `Unavailable`.
+
+    Returns:
+        The most specific exception for the status and `code`.
+
+    Example:
+        exc = error_from_problem(409, {"code": "table_has_writer", "detail": "...", "writer": "enrich"})
+        assert isinstance(exc, TableHasWriter) and exc.writer == "enrich"
+    """
     code = str(body.get("code") or f"http_{status}")
     detail = str(body.get("detail") or body.get("title") or f"HTTP {status}")
     cls: type[MetaServiceError]
@@ -123,10 +334,32 @@ def error_for(status: int, body: dict[str, Any]) -> MetaServiceError:
         cls = Unauthorized
     elif status == 403:
         cls = Forbidden
-    elif status in (429, 502, 503, 504):
-        cls = Unavailable
+    elif status in _BUSY_STATUSES:
+        return Unavailable(detail, status=status, code=code, body=body, retry_after=retry_after)
     elif status >= 500:
         cls = ServerError
     else:
         cls = MetaServiceError
     return cls(detail, status=status, code=code, body=body)
+
+
+__all__ = [
+    "AlreadyCommitted",
+    "Conflict",
+    "CycleError",
+    "Forbidden",
+    "InvalidRequest",
+    "MetaServiceError",
+    "NoConsistentVersion",
+    "NotFound",
+    "NotInFlight",
+    "NotRoot",
+    "OutcomeUnknown",
+    "ServerError",
+    "SnapshotConflict",
+    "SnapshotRegressed",
+    "TableHasWriter",
+    "Unauthorized",
+    "Unavailable",
+    "error_from_problem",
+]
