@@ -231,8 +231,12 @@ LeaseTtl = Annotated[
 
 
 class LeaseRequest(Request):
-    holder: Annotated[str, StringConstraints(min_length=1, max_length=200)]
-    snapshots: Annotated[SnapshotMap, Field(min_length=1)]
+    holder: Annotated[str, StringConstraints(min_length=1, max_length=200)] = Field(
+        description="who holds the lease (1-200 characters), shown in retention reasons"
+    )
+    snapshots: Annotated[SnapshotMap, Field(min_length=1)] = Field(
+        description="table → snapshot id to protect; 1 to 1000 registered tables"
+    )
     ttl_seconds: LeaseTtl = 600.0
 
 
@@ -249,7 +253,9 @@ class LeaseInfo(BaseModel):
 
 class ProtectedSnapshot(BaseModel):
     snapshot_id: int
-    reason: str
+    reason: str = Field(
+        description="in_flight:<job>@<barrier>:<key>, lease:<holder>, rollback:<id>, strong_version@<barrier> or newest"
+    )
 
 
 class Retention(BaseModel):

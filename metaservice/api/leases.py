@@ -34,7 +34,7 @@ async def get_lease(lease_id: LeaseId, session: SessionDep) -> LeaseInfo:
 async def renew_lease(
     lease_id: LeaseId, session: SessionDep, body: Annotated[RenewLeaseRequest | None, Body()] = None
 ) -> LeaseInfo:
-    """Extend a live lease to now + ttl (default: its previous ttl)."""
+    """Extend a live lease to now + ttl (default: the ttl it was created with); 404 once expired or released."""
     return await leases.renew_lease(session, lease_id=lease_id, ttl_seconds=body.ttl_seconds if body else None)
 
 
@@ -47,5 +47,10 @@ async def release_lease(lease_id: LeaseId, session: SessionDep) -> Response:
 
 @router.get("/tables/{catalog}/{database}/{table}/retention", responses=problems(404))
 async def retention(catalog: CatalogPath, database: DatabasePath, table: TablePath, session: SessionDep) -> Retention:
-    """Snapshots that must be kept, and why: in-flight job inputs, live leases, the strong version, the newest."""
+    """Snapshots that must be kept, and why; vacuum keeps every snapshot at or above `oldest_protected_snapshot_id`.
+
+    Reasons: `in_flight:<job>@<barrier>:snapshot_id|previous_snapshot_id` (inputs of a barrier in flight),
+    `lease:<holder>` (live leases), `rollback:<id>` (restore snapshots of planned rollbacks),
+    `strong_version@<barrier>` (the table's current strong version) and `newest` (its newest known snapshot).
+    """
     return await leases.retention(session, table=table_name(catalog, database, table))

@@ -44,11 +44,11 @@ async def snapshots_of(session: AsyncSession, *, lease_id: str) -> dict[str, int
 
 
 async def renew(session: AsyncSession, *, lease_id: str, ttl_seconds: float) -> Lease | None:
-    """Push a live lease's expiry to now + ttl; None when it is gone."""
+    """Push a live lease's expiry to now + ttl (its own `ttl_seconds` stays the one it was created with)."""
     return await session.scalar(
         update(Lease)
         .where(Lease.id == lease_id, Lease.released_at.is_(None), Lease.expires_at > func.now())
-        .values(expires_at=func.now() + timedelta(seconds=ttl_seconds), ttl_seconds=ttl_seconds)
+        .values(expires_at=func.now() + timedelta(seconds=ttl_seconds))
         .returning(Lease),
         execution_options={"populate_existing": True},
     )

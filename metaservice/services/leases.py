@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -16,6 +17,9 @@ from metaservice.repositories import tables as table_rows
 from metaservice.schemas import LeaseInfo, ProtectedSnapshot, Retention
 from metaservice.services import versions
 
+# Ended leases protect nothing; they are kept this long for inspection, then deleted when a new lease is made.
+ENDED_LEASES_KEPT = timedelta(days=1)
+
 
 async def create_lease(
     session: AsyncSession, *, holder: str, snapshots: Mapping[str, int], ttl_seconds: float
@@ -27,6 +31,7 @@ async def create_lease(
         missing = sorted(set(snapshots) - set(tables))
         if missing:
             raise NotFound(f"tables not registered: {', '.join(missing)}", tables=missing)
+        await lease_rows.purge_ended(s, older_than=ENDED_LEASES_KEPT)
         lease = await lease_rows.insert(
             s,
             lease_id=str(uuid.uuid4()),
@@ -51,13 +56,14 @@ async def get_lease(session: AsyncSession, *, lease_id: str) -> LeaseInfo:
 
 
 async def renew_lease(session: AsyncSession, *, lease_id: str, ttl_seconds: float | None) -> LeaseInfo:
-    """Extend a live lease to now + ttl (default: its previous ttl)."""
+    """Extend a live lease to now + ttl (default: the ttl it was created with)."""
 
     async def work(s: AsyncSession) -> LeaseInfo:
         lease = await lease_rows.get_live(s, lease_id=lease_id)
         renewed = None
         if lease is not None:
-            renewed = await lease_rows.renew(s, lease_id=lease_id, ttl_seconds=ttl_seconds or lease.ttl_seconds)
+            ttl = ttl_seconds if ttl_seconds is not None else lease.ttl_seconds
+            renewed = await lease_rows.renew(s, lease_id=lease_id, ttl_seconds=ttl)
         if renewed is None:
             raise NotFound(f"lease {lease_id!r} does not exist, expired or was released", lease_id=lease_id)
         snapshots = await lease_rows.snapshots_of(s, lease_id=lease_id)
