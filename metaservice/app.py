@@ -6,11 +6,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
 from metaservice import __version__, errors, observability
 from metaservice.api import barriers, flip, inspection, leases, lineage, ops, rollbacks, ui, versions
+from metaservice.api.auth import authorize
 from metaservice.api.limits import BodySizeLimit
 from metaservice.db.engine import make_engine, make_sessionmaker
 from metaservice.settings import Settings
@@ -34,6 +35,7 @@ def _operation_id(route: APIRoute) -> str:
 def create_app(settings: Settings) -> FastAPI:
     """Build the ASGI app for `settings` (which must name a database URL)."""
     app = FastAPI(
+        dependencies=[Depends(authorize)],
         title="MetaService",
         version=__version__,
         summary="Lineage and global timestamp barriers (FLIP-276) for chains of Spark ETL jobs.",

@@ -38,6 +38,10 @@ class Settings(BaseSettings):
     lock_timeout_ms: int = Field(default=5_000, ge=0)
     max_body_bytes: int = Field(default=1_048_576, ge=1024, description="Larger request bodies get 413.")
     retry_after_seconds: int = Field(default=1, ge=1, description="Retry-After sent with 503 answers.")
+    auth_enabled: bool = Field(
+        default=False, description="Require bearer tokens (`metaservice token create`). Required off loopback."
+    )
+    insecure: bool = Field(default=False, description="Allow serving without auth on a non-loopback address.")
     log_json: bool = False
     log_level: str = "info"
 

@@ -30,7 +30,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, ExcludeConstraint
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, ExcludeConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -235,3 +235,24 @@ class Rollback(Base):
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     completed_at: Mapped[datetime | None]
     cancelled_at: Mapped[datetime | None]
+
+
+TOKEN_ROLES = ("admin", "job", "reader")
+
+
+class ApiToken(Base):
+    """A bearer token, stored as its SHA-256 (tokens are 256-bit random, so a fast hash is enough)."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (
+        CheckConstraint(f"role IN {TOKEN_ROLES!r}", name="known_role"),
+        CheckConstraint("role = 'job' OR cardinality(job_patterns) = 0", name="patterns_only_for_jobs"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    name: Mapped[str] = mapped_column(Text, unique=True)
+    token_sha256: Mapped[str] = mapped_column(Text, unique=True)
+    role: Mapped[str] = mapped_column(Text)
+    job_patterns: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'::text[]"))
+    created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    revoked_at: Mapped[datetime | None]
