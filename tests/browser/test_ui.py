@@ -1,0 +1,150 @@
+"""The admin page in a real headless Chromium against a live server with a seeded diamond pipeline."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.support.ui import WebDriverWait
+
+from tests import support
+from tests.api.test_delays import CUSTOMERS, DIAMOND, ORDERS, REVENUE, Driver, path
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
+DEADLINE = 30.0
+
+
+@pytest.fixture(name="browser")
+def fx_browser(tmp_path: Path) -> Iterator[WebDriver]:
+    """Headless Chromium from the system packages, with a fresh profile; skipped (never silently) when missing."""
+    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
+        reason = "chromium not installed: apt-get install chromium chromium-driver"
+        if os.environ.get("METASERVICE_REQUIRE_BROWSER"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--no-first-run",
+        "--window-size=1500,900",
+        f"--user-data-dir={tmp_path / 'chrome-profile'}",
+    ):
+        options.add_argument(flag)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def nodes(browser: WebDriver, kind: str) -> list[str]:
+    elements = browser.find_elements(By.CSS_SELECTOR, f"#nodes g.node[data-kind='{kind}']")
+    return [str(e.get_attribute("data-id")) for e in elements]
+
+
+def test_page_draws_every_node_and_explains_a_clicked_table(
+    api: httpx.Client, server: support.ServerProcess, browser: WebDriver, tmp_path: Path
+) -> None:
+    pipeline = Driver(api, DIAMOND)
+    pipeline.run("enrich", {ORDERS: 1, CUSTOMERS: 1})
+    pipeline.run("audit")
+    pipeline.run("dims", during=pipeline.busy)  # the slow job: the bottleneck of revenue_by_day
+    pipeline.run("revenue")
+    graph = api.get("/lineage").json()
+    want_tables = {n["id"] for n in graph["nodes"] if n["kind"] == "table"}
+    want_jobs = {n["id"] for n in graph["nodes"] if n["kind"] == "job"}
+    expected = api.get(f"/tables/{path(REVENUE)}/delay").json()
+    assert expected["bottleneck_job"] == "dims"
+
+    browser.get(f"{server.base_url}/ui")  # redirected to /ui/
+    WebDriverWait(browser, DEADLINE).until(
+        lambda b: len(nodes(b, "table")) == len(want_tables) and len(nodes(b, "job")) == len(want_jobs)
+    )
+    assert browser.current_url.endswith("/ui/")
+    assert set(nodes(browser, "table")) == want_tables and set(nodes(browser, "job")) == want_jobs
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#edges path.edge")) == len(graph["edges"])
+
+    browser.find_element(By.CSS_SELECTOR, f"#nodes g.node[data-id='table:{REVENUE}']").click()
+    WebDriverWait(browser, DEADLINE).until(
+        lambda b: b.find_elements(By.ID, "panel-bottleneck") and b.find_element(By.ID, "panel-bottleneck").text
+    )
+    assert browser.find_element(By.ID, "panel-bottleneck").text == "dims"
+    shown = browser.find_element(By.ID, "panel-delay")
+    assert float(str(shown.get_attribute("data-seconds"))) >= expected["delay_seconds"]
+    assert shown.text.endswith(("ms", "s"))
+    bottleneck = browser.find_element(By.CSS_SELECTOR, "#nodes g.node[data-id='job:dims']")
+    assert {"critical", "bottleneck"} <= set(str(bottleneck.get_attribute("class")).split())
+    audit = browser.find_element(By.CSS_SELECTOR, "#nodes g.node[data-id='job:audit']")
+    assert "hl" not in str(audit.get_attribute("class")).split()  # not up- or downstream of revenue_by_day
+    steps = browser.find_elements(By.CSS_SELECTOR, "#panel-path li")
+    assert len(steps) == len(expected["critical_path"])
+
+    shot = tmp_path / "ui.png"
+    assert browser.save_screenshot(str(shot))
+    print(f"screenshot: {shot}")
+    severe = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    assert not severe, severe
+
+
+def test_page_lays_out_a_graph_of_200_plus_nodes_left_to_right_without_overlaps(
+    api: httpx.Client, server: support.ServerProcess, browser: WebDriver, tmp_path: Path
+) -> None:
+    width, levels = 10, 10
+    jobs: dict[str, tuple[list[str], list[str]]] = {}
+    for level in range(1, levels + 1):
+        for i in range(width):
+            sources = [f"lake.l{level - 1}.t{i}", f"lake.l{level - 1}.t{(i + 1) % width}"]
+            if i % 3 == 0:
+                sources.append(f"lake.l{level - 1}.t{(i + 5) % width}")
+            jobs[f"job_{level}_{i}"] = (sources, [f"lake.l{level}.t{i}"])
+    pipeline = Driver(api, jobs)
+    roots = {f"lake.l0.t{i}": 1 for i in range(width)}
+    assert api.post("/barriers", json={"root_snapshots": roots}).status_code == 201
+    for job in [name for name in jobs if int(name.split("_")[1]) <= 4]:
+        pipeline.run(job)
+    total = width * (levels + 1) + len(jobs)
+    assert total > 200
+
+    browser.get(f"{server.base_url}/ui/")
+    WebDriverWait(browser, DEADLINE).until(lambda b: len(nodes(b, "table")) + len(nodes(b, "job")) == total)
+    boxes: list[list[float]] = browser.execute_script(
+        """
+        return [...document.querySelectorAll('#nodes g.node')].map((g) => {
+          const m = g.transform.baseVal.consolidate().matrix, r = g.querySelector('rect.shape');
+          return [g.dataset.id, m.e, m.f, Number(r.getAttribute('width')), Number(r.getAttribute('height'))];
+        });
+        """
+    )
+    placed = {str(b[0]): (float(b[1]), float(b[2]), float(b[3]), float(b[4])) for b in boxes}
+    ordered = sorted(placed.values())
+    for i, (x, y, w, h) in enumerate(ordered):
+        for x2, y2, _w2, h2 in ordered[i + 1 :]:
+            if x2 >= x + w:
+                break
+            assert y2 >= y + h or y >= y2 + h2, "two nodes overlap"
+    graph = api.get("/lineage").json()
+    for edge in graph["edges"]:
+        assert placed[edge["from"]][0] < placed[edge["to"]][0], f"edge drawn right to left: {edge}"
+
+    shot = tmp_path / "ui-large.png"
+    assert browser.save_screenshot(str(shot))
+    print(f"screenshot: {shot}")
