@@ -12,7 +12,6 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
-from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests import support
@@ -26,7 +25,7 @@ DEADLINE = 30.0
 
 
 @pytest.fixture(name="browser")
-def fx_browser(tmp_path: Path) -> Iterator[WebDriver]:
+def fx_browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
     """Headless Chromium from the system packages, with a fresh profile; skipped (never silently) when missing."""
     if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
         reason = "chromium not installed: apt-get install chromium chromium-driver"
@@ -56,13 +55,13 @@ def fx_browser(tmp_path: Path) -> Iterator[WebDriver]:
         driver.quit()
 
 
-def nodes(browser: WebDriver, kind: str) -> list[str]:
+def nodes(browser: webdriver.Chrome, kind: str) -> list[str]:
     elements = browser.find_elements(By.CSS_SELECTOR, f"#nodes g.node[data-kind='{kind}']")
     return [str(e.get_attribute("data-id")) for e in elements]
 
 
 def test_page_draws_every_node_and_explains_a_clicked_table(
-    api: httpx.Client, server: support.ServerProcess, browser: WebDriver, tmp_path: Path
+    api: httpx.Client, server: support.ServerProcess, browser: webdriver.Chrome, tmp_path: Path
 ) -> None:
     pipeline = Driver(api, DIAMOND)
     pipeline.run("enrich", {ORDERS: 1, CUSTOMERS: 1})
@@ -101,12 +100,13 @@ def test_page_draws_every_node_and_explains_a_clicked_table(
     shot = tmp_path / "ui.png"
     assert browser.save_screenshot(str(shot))
     print(f"screenshot: {shot}")
-    severe = [entry for entry in browser.get_log("browser") if entry["level"] == "SEVERE"]
+    console: list[dict[str, str]] = browser.get_log("browser")  # type: ignore[no-untyped-call]
+    severe = [entry for entry in console if entry["level"] == "SEVERE"]
     assert not severe, severe
 
 
 def test_page_lays_out_a_graph_of_200_plus_nodes_left_to_right_without_overlaps(
-    api: httpx.Client, server: support.ServerProcess, browser: WebDriver, tmp_path: Path
+    api: httpx.Client, server: support.ServerProcess, browser: webdriver.Chrome, tmp_path: Path
 ) -> None:
     width, levels = 10, 10
     jobs: dict[str, tuple[list[str], list[str]]] = {}
