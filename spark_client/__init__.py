@@ -23,6 +23,7 @@ from spark_client.errors import (
 from spark_client.inputs import Inputs
 from spark_client.job import EtlJob, PermanentFailure, RunResult
 from spark_client.reading import ConsistentTables, consistent_tables
+from spark_client.rollback import apply_rollback
 
 __all__ = [
     "Catalog",
@@ -47,5 +48,6 @@ __all__ = [
     "SnapshotConflict",
     "TableHasWriter",
     "Unavailable",
+    "apply_rollback",
     "consistent_tables",
 ]

@@ -30,6 +30,7 @@ def test_public_names_are_pinned() -> None:
             "SnapshotConflict",
             "TableHasWriter",
             "Unavailable",
+            "apply_rollback",
             "consistent_tables",
         ]
     )

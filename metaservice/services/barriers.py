@@ -108,7 +108,11 @@ async def commit_barrier(
         job = await _locked_job(s, job_id, allow_inactive=True)
         run = await run_rows.at(s, job_id=job.id, barrier=barrier)
         if run is None or run.first_barrier != barrier or run.status in ("idle",):
-            raise NotInFlight(f"barrier {barrier} was never handed to job {job_id!r}", job_id=job_id, barrier=barrier)
+            raise NotInFlight(
+                f"barrier {barrier} is not in flight for job {job_id!r}: never handed out, or undone by a rollback",
+                job_id=job_id,
+                barrier=barrier,
+            )
         if run.status == "aborted":
             raise NotInFlight(f"barrier {barrier} was aborted for job {job_id!r}", job_id=job_id, barrier=barrier)
         if run.status == "committed":
@@ -149,7 +153,11 @@ async def abort_barrier(session: AsyncSession, *, job_id: str, barrier: int, rea
         job = await _locked_job(s, job_id, allow_inactive=True)
         run = await run_rows.at(s, job_id=job.id, barrier=barrier)
         if run is None or run.first_barrier != barrier or run.status == "idle":
-            raise NotInFlight(f"barrier {barrier} was never handed to job {job_id!r}", job_id=job_id, barrier=barrier)
+            raise NotInFlight(
+                f"barrier {barrier} is not in flight for job {job_id!r}: never handed out, or undone by a rollback",
+                job_id=job_id,
+                barrier=barrier,
+            )
         if run.status == "committed":
             raise AlreadyCommitted(
                 f"barrier {barrier} of job {job_id!r} is already committed", job_id=job_id, barrier=barrier

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +26,8 @@ from spark_client import _failpoints
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+
+    from spark_client._http import MetaServiceClient
 
 _PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,127}$")
 BARRIER_KEY, JOB_KEY = "metaservice.barrier", "metaservice.job_id"
@@ -131,9 +134,60 @@ class DeltaCatalog:
         if done is None or done < barrier:
             return None
         for commit in table_.history():
+            if commit.get("operation") == "RESTORE":
+                return None  # commits before a rollback's restore were undone: recompute
             if commit.get(BARRIER_KEY) == str(barrier) and commit.get(JOB_KEY) == app_id:
                 return int(commit["version"])
         return None
+
+    def restore(self, table: str, snapshot_id: int, *, metadata: Mapping[str, str] | None = None) -> int:
+        """Make `table` hold the data of version `snapshot_id` again (a new version); returns that new version.
+
+        Example:
+            catalog.restore("lake.mart.orders_enriched", 4)
+        """
+        table_ = DeltaTable(self.location(table))
+        table_.restore(snapshot_id, commit_properties=CommitProperties(custom_metadata=dict(metadata or {}) or None))
+        table_.update_incremental()
+        return int(table_.version())
+
+    def vacuum(
+        self, table: str, client: MetaServiceClient, *, min_orphan_age_seconds: float = 3600, dry_run: bool = False
+    ) -> list[str]:
+        """Delete data files that no protected version of `table` needs; returns the paths deleted (or to delete).
+
+        MetaService names the oldest protected snapshot (in-flight job inputs, live leases, the strong version,
+        the newest). Every file of every version from that one to the newest is kept. Files no version
+        references (a write that crashed before its log commit) are deleted only when older than
+        `min_orphan_age_seconds`, so a write in progress is never touched.
+
+        Example:
+            deleted = catalog.vacuum("lake.mart.orders_enriched", client)
+        """
+        location = self.location(table)
+        table_ = DeltaTable(location)
+        newest = int(table_.version())
+        oldest = client.retention(table).oldest_protected_snapshot_id
+        floor = newest if oldest is None else min(int(oldest), newest)
+        keep = set()
+        for version in range(floor, newest + 1):
+            keep.update(os.path.normpath(p) for p in DeltaTable(location, version=version).file_uris())
+        ever = {os.path.normpath(os.path.join(location, a["path"])) for a in _all_add_paths(location)}
+        cutoff = time.time() - min_orphan_age_seconds
+        doomed = []
+        for root, _dirs, files in os.walk(location):
+            if "_delta_log" in root.split(os.sep):
+                continue
+            for name in files:
+                path = os.path.normpath(os.path.join(root, name))
+                if not name.endswith(".parquet") or path in keep:
+                    continue
+                if path in ever or os.stat(path).st_mtime < cutoff:
+                    doomed.append(path)
+        if not dry_run:
+            for path in doomed:
+                os.remove(path)
+        return sorted(doomed)
 
     def read_at(self, spark: SparkSession, table: str, snapshot_id: int) -> DataFrame:
         """`table` exactly as of Delta version `snapshot_id`: Spark reads that version's file list."""
@@ -214,3 +268,18 @@ def _add_actions(staging: str, relative: str) -> list[AddAction]:
             )
         )
     return actions
+
+
+def _all_add_paths(location: str) -> list[dict[str, Any]]:
+    """Every file ever added to the table, read from the JSON commits of its log."""
+    log = os.path.join(location, "_delta_log")
+    adds: list[dict[str, Any]] = []
+    for name in sorted(os.listdir(log)):
+        if not name.endswith(".json"):
+            continue
+        with open(os.path.join(log, name)) as commit:
+            for line in commit:
+                action = json.loads(line)
+                if "add" in action:
+                    adds.append(action["add"])
+    return adds
