@@ -169,7 +169,7 @@ class DeltaCatalog:
         newest = int(table_.version())
         oldest = client.retention(table).oldest_protected_snapshot_id
         floor = newest if oldest is None else min(int(oldest), newest)
-        keep = set()
+        keep: set[str] = set()
         for version in range(floor, newest + 1):
             keep.update(os.path.normpath(p) for p in DeltaTable(location, version=version).file_uris())
         ever = {os.path.normpath(os.path.join(location, a["path"])) for a in _all_add_paths(location)}
