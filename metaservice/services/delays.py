@@ -258,7 +258,7 @@ class _CriticalPaths:
         if st is None:
             self.ready[pair] = None
         elif st.run is None:
-            self.ready[pair] = issued if st.range_kind == "sealed" else None
+            self.ready[pair] = issued if st.job_id is None else None  # a root: sealed (or restored) at issue
         elif st.run.status == "committed":
             self.ready[pair] = st.run.finished_at
         elif st.run.status == "idle":
