@@ -13,6 +13,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from metaservice import failpoints
 from metaservice.errors import Unavailable
 
 logger = logging.getLogger("metaservice.db")
@@ -60,7 +61,12 @@ async def in_transaction(
                 await session.connection(
                     execution_options={"isolation_level": isolation, "postgresql_readonly": read_only}
                 )
-                return await work(session)
+                result = await work(session)
+                if not read_only:
+                    failpoints.hit("before_commit")
+            if not read_only:
+                failpoints.hit("after_commit")
+            return result
         except DBAPIError as exc:
             if isinstance(exc.orig, _RETRYABLE) and attempt < attempts:
                 await anyio.sleep(random.uniform(0, 0.002 * 2**attempt))  # backoff, not synchronisation

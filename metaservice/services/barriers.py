@@ -17,6 +17,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from metaservice import failpoints
 from metaservice.db.models import Job, JobRun, SnapshotRange
 from metaservice.db.transaction import in_transaction
 from metaservice.errors import (
@@ -210,6 +211,7 @@ async def _allocate_and_seal(
     s: AsyncSession, *, issued_by: str | None
 ) -> tuple[barrier_rows.IssuedBarrier, dict[str, int]]:
     issued = await barrier_rows.allocate(s, issued_by=issued_by)
+    failpoints.hit("barrier_allocated")
     sealed_ids = await snapshot_rows.seal(s, barrier=issued.barrier)
     names = await table_rows.by_ids(s, ids=list(sealed_ids)) if sealed_ids else {}
     logger.info("issued barrier %d sealing %d root snapshot(s)", issued.barrier, len(sealed_ids))
