@@ -320,25 +320,34 @@
     return b;
   }
 
-  function draw() {
+  function draw(relayout) {
     const graph = state.graph;
-    clear(edgeLayer);
-    clear(nodeLayer);
-    state.elements.clear();
-    state.edgeElements = [];
-    for (const e of graph.edges) {
-      const a = state.positions.get(e.from), b = state.positions.get(e.to);
-      if (!a || !b) continue;
-      const path = svgEl("path", { class: "edge", d: edgePath(a, b), "marker-end": "url(#arrow)" });
-      edgeLayer.appendChild(path);
-      state.edgeElements.push({ from: e.from, to: e.to, el: path });
+    if (relayout || state.elements.size !== graph.nodes.length) {
+      clear(edgeLayer);
+      clear(nodeLayer);
+      state.elements.clear();
+      state.edgeElements = [];
+      for (const e of graph.edges) {
+        const a = state.positions.get(e.from), b = state.positions.get(e.to);
+        if (!a || !b) continue;
+        const path = svgEl("path", { class: "edge", d: edgePath(a, b), "marker-end": "url(#arrow)" });
+        edgeLayer.appendChild(path);
+        state.edgeElements.push({ from: e.from, to: e.to, el: path });
+      }
     }
     for (const n of graph.nodes) {
       const pos = state.positions.get(n.id);
       if (!pos) continue;
-      const g = n.kind === "table" ? tableNode(n, pos) : jobNode(n, pos);
-      nodeLayer.appendChild(g);
-      state.elements.set(n.id, g);
+      const fresh = n.kind === "table" ? tableNode(n, pos) : jobNode(n, pos);
+      const current = state.elements.get(n.id);
+      if (!current) {
+        nodeLayer.appendChild(fresh);
+        state.elements.set(n.id, fresh);
+        continue;
+      }
+      // Same graph: update the drawn node in place, so focus, clicks and references survive a refresh.
+      current.setAttribute("class", fresh.getAttribute("class"));
+      current.replaceChildren(...fresh.childNodes);
     }
     drawMinimap();
     $("empty").hidden = graph.nodes.length > 0;
@@ -692,13 +701,14 @@
         state.in.get(e.to).push(e.from);
       }
       const signature = JSON.stringify([graph.nodes.map((n) => n.id), graph.edges.map((e) => `${e.from}>${e.to}`)]);
-      if (signature !== state.signature) {
+      const relayout = signature !== state.signature;
+      if (relayout) {
         const { positions, bounds } = layout(graph.nodes, graph.edges);
         state.positions = positions;
         state.bounds = bounds;
         state.signature = signature;
       }
-      draw();
+      draw(relayout);
       if (!state.fitted && graph.nodes.length) {
         fit(LEGIBLE);
         state.fitted = true;

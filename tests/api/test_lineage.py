@@ -147,3 +147,15 @@ def test_bad_lineage_requests_are_problems(diamond: Driver, params: dict[str, An
     assert response.status_code == status, response.text
     assert response.headers["content-type"] == "application/problem+json"
     assert response.json()["code"] == code
+
+
+def test_page_is_served_with_a_strict_content_security_policy(api: httpx.Client) -> None:
+    redirect = api.get("/ui", follow_redirects=False)
+    assert redirect.status_code in (307, 308) and redirect.headers["location"].endswith("/ui/")
+    page = api.get("/ui/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert '<script src="app.js"' in page.text
+    for asset in ("app.js", "style.css", "favicon.svg"):
+        assert api.get(f"/ui/{asset}").status_code == 200
+    assert api.get("/ui/../pyproject.toml").status_code == 404

@@ -6,6 +6,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,7 +16,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests import support
-from tests.api.test_delays import CUSTOMERS, DIAMOND, ORDERS, REVENUE, Driver, path
+from tests.api.test_delays import CUSTOMERS, DIAMOND, DIM, ENRICHED, ORDERS, REVENUE, Driver, path
 
 pytestmark = pytest.mark.browser
 
@@ -60,6 +61,30 @@ def nodes(browser: webdriver.Chrome, kind: str) -> list[str]:
     return [str(e.get_attribute("data-id")) for e in elements]
 
 
+# Read in one script so a refresh re-rendering the panel cannot leave us holding stale elements.
+_PANEL = """
+const text = (id) => { const e = document.getElementById(id); return e ? e.textContent : null; };
+const delay = document.getElementById('panel-delay');
+return {title: text('panel-title'), bottleneck: text('panel-bottleneck'), runs: text('panel-runs'),
+        delay: delay ? delay.dataset.seconds || null : null, delay_text: delay ? delay.textContent : null,
+        steps: document.querySelectorAll('#panel-path li').length};
+"""
+
+
+def panel(browser: webdriver.Chrome) -> dict[str, Any]:
+    return dict(browser.execute_script(_PANEL))
+
+
+def classes(browser: webdriver.Chrome, node_id: str) -> set[str]:
+    script = "return document.querySelector(`#nodes g.node[data-id='${arguments[0]}']`).getAttribute('class');"
+    return set(str(browser.execute_script(script, node_id)).split())
+
+
+def text_of(browser: webdriver.Chrome, node_id: str) -> str:
+    script = "return document.querySelector(`#nodes g.node[data-id='${arguments[0]}'] text.meta`).textContent;"
+    return str(browser.execute_script(script, node_id))
+
+
 def test_page_draws_every_node_and_explains_a_clicked_table(
     api: httpx.Client, server: support.ServerProcess, browser: webdriver.Chrome, tmp_path: Path
 ) -> None:
@@ -74,32 +99,36 @@ def test_page_draws_every_node_and_explains_a_clicked_table(
     expected = api.get(f"/tables/{path(REVENUE)}/delay").json()
     assert expected["bottleneck_job"] == "dims"
 
-    browser.get(f"{server.base_url}/ui")  # redirected to /ui/
+    browser.get(f"{server.base_url}/ui?refresh=1")  # redirected to /ui/; refresh every second
     WebDriverWait(browser, DEADLINE).until(
         lambda b: len(nodes(b, "table")) == len(want_tables) and len(nodes(b, "job")) == len(want_jobs)
     )
-    assert browser.current_url.endswith("/ui/")
+    assert browser.current_url.endswith("/ui/?refresh=1")
     assert set(nodes(browser, "table")) == want_tables and set(nodes(browser, "job")) == want_jobs
     assert len(browser.find_elements(By.CSS_SELECTOR, "#edges path.edge")) == len(graph["edges"])
 
     browser.find_element(By.CSS_SELECTOR, f"#nodes g.node[data-id='table:{REVENUE}']").click()
-    WebDriverWait(browser, DEADLINE).until(
-        lambda b: b.find_elements(By.ID, "panel-bottleneck") and b.find_element(By.ID, "panel-bottleneck").text
-    )
-    assert browser.find_element(By.ID, "panel-bottleneck").text == "dims"
-    shown = browser.find_element(By.ID, "panel-delay")
-    assert float(str(shown.get_attribute("data-seconds"))) >= expected["delay_seconds"]
-    assert shown.text.endswith(("ms", "s"))
-    bottleneck = browser.find_element(By.CSS_SELECTOR, "#nodes g.node[data-id='job:dims']")
-    assert {"critical", "bottleneck"} <= set(str(bottleneck.get_attribute("class")).split())
-    audit = browser.find_element(By.CSS_SELECTOR, "#nodes g.node[data-id='job:audit']")
-    assert "hl" not in str(audit.get_attribute("class")).split()  # not up- or downstream of revenue_by_day
-    steps = browser.find_elements(By.CSS_SELECTOR, "#panel-path li")
-    assert len(steps) == len(expected["critical_path"])
+    WebDriverWait(browser, DEADLINE).until(lambda b: panel(b)["bottleneck"])
+    shown = panel(browser)
+    assert shown["title"] == "revenue_by_day" and shown["bottleneck"] == "dims"
+    assert float(shown["delay"]) >= expected["delay_seconds"]
+    assert shown["delay_text"].endswith(("ms", "s"))
+    assert shown["steps"] == len(expected["critical_path"])
+    assert {"critical", "bottleneck"} <= classes(browser, "job:dims")
+    assert {"critical", "hl"} <= classes(browser, f"table:{DIM}")
+    assert "hl" not in classes(browser, "job:audit")  # neither up- nor downstream of revenue_by_day
 
     shot = tmp_path / "ui.png"
     assert browser.save_screenshot(str(shot))
     print(f"screenshot: {shot}")
+
+    browser.find_element(By.CSS_SELECTOR, "#nodes g.node[data-id='job:dims']").click()
+    WebDriverWait(browser, DEADLINE).until(lambda b: panel(b)["runs"])
+    assert panel(browser)["title"] == "dims" and "committed" in panel(browser)["runs"]
+
+    # the page refreshes itself: a new barrier shows up without reloading
+    pipeline.run("enrich", {ORDERS: 2})
+    WebDriverWait(browser, DEADLINE).until(lambda b: text_of(b, f"table:{ENRICHED}").endswith("snap 1"))
     console: list[dict[str, str]] = browser.get_log("browser")  # type: ignore[no-untyped-call]
     severe = [entry for entry in console if entry["level"] == "SEVERE"]
     assert not severe, severe
