@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import random
 import shutil
 import sys
@@ -180,22 +179,11 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run(base_url: str, lake: Path, rounds: int, started: float) -> int:
-    from pyspark.sql import SparkSession
-
     from spark_client import DeltaCatalog, EtlJob, MetaServiceClient
+    from spark_client._spark import local_session
 
     print("▶ starting Spark local[2] …", flush=True)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("metaservice-demo")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = local_session("metaservice-demo")
     catalog = DeltaCatalog(str(lake))
     rng = random.Random(7)
     with MetaServiceClient(base_url) as client:

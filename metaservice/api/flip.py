@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Response, status
 
@@ -16,10 +16,33 @@ router = APIRouter(tags=["FLIP-276"])
 OptionalRegisterBody = Annotated[RegisterRequest | None, Body()]
 
 
+REGISTERED: dict[int | str, dict[str, Any]] = {200: {"model": Registration, "description": "Edge already registered"}}
+
+
+async def _register(
+    role: Literal["source", "sink"],
+    job_id: str,
+    table: str,
+    body: RegisterRequest | None,
+    session: SessionDep,
+    response: Response,
+) -> Registration:
+    result = await registry.register(
+        session,
+        job_id=job_id,
+        table=table,
+        role=role,
+        format=body.format if body else None,
+        location=body.location if body else None,
+    )
+    response.status_code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
+    return result
+
+
 @router.post(
     "/register/source/{job_id}/{catalog}/{database}/{table}",
     status_code=status.HTTP_201_CREATED,
-    responses={200: {"model": Registration, "description": "Edge already registered"}, **problems(409)},
+    responses={**REGISTERED, **problems(409)},
 )
 async def register_source(
     job_id: JobIdPath,
@@ -31,22 +54,13 @@ async def register_source(
     body: OptionalRegisterBody = None,
 ) -> Registration:
     """Declare that the job reads the table (201 new edge, 200 already there; 409 `cycle`)."""
-    result = await registry.register(
-        session,
-        job_id=job_id,
-        table=table_name(catalog, database, table),
-        role="source",
-        format=body.format if body else None,
-        location=body.location if body else None,
-    )
-    response.status_code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
-    return result
+    return await _register("source", job_id, table_name(catalog, database, table), body, session, response)
 
 
 @router.post(
     "/register/sink/{job_id}/{catalog}/{database}/{table}",
     status_code=status.HTTP_201_CREATED,
-    responses={200: {"model": Registration, "description": "Edge already registered"}, **problems(409)},
+    responses={**REGISTERED, **problems(409)},
 )
 async def register_sink(
     job_id: JobIdPath,
@@ -58,16 +72,7 @@ async def register_sink(
     body: OptionalRegisterBody = None,
 ) -> Registration:
     """Declare that the job writes the table (409 `table_has_writer` with `writer`, 409 `cycle`)."""
-    result = await registry.register(
-        session,
-        job_id=job_id,
-        table=table_name(catalog, database, table),
-        role="sink",
-        format=body.format if body else None,
-        location=body.location if body else None,
-    )
-    response.status_code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
-    return result
+    return await _register("sink", job_id, table_name(catalog, database, table), body, session, response)
 
 
 @router.get("/version/{consistency_type}/{catalog}/{database}/{table}", responses=problems(404))
