@@ -180,6 +180,15 @@ def install_handlers(app: FastAPI) -> None:
             400: "invalid_request",
         }
         code = codes.get(exc.status_code, "http_error")
+        if exc.status_code == 400:  # a body that does not parse: the contract says 422 invalid_request
+            return problem(
+                request,
+                status=422,
+                code="invalid_request",
+                title="Invalid request",
+                detail=f"the request body is not valid JSON: {exc.detail}",
+                errors=[{"loc": ["body"], "msg": str(exc.detail), "type": "json_invalid"}],
+            )
         return problem(
             request,
             status=exc.status_code,
