@@ -180,6 +180,17 @@ def install_handlers(app: FastAPI) -> None:
             400: "invalid_request",
         }
         code = codes.get(exc.status_code, "http_error")
+        if exc.status_code == 405:  # Starlette names only the first matching route's methods
+            allowed = _allowed_methods(request)
+            return problem(
+                request,
+                status=405,
+                code="method_not_allowed",
+                title="Method not allowed",
+                detail=f"{request.method} is not allowed on {request.url.path}; allowed: {', '.join(allowed)}",
+                headers={"Allow": ", ".join(allowed)},
+                allowed=allowed,
+            )
         if exc.status_code == 400:  # a body that does not parse: the contract says 422 invalid_request
             return problem(
                 request,
@@ -208,3 +219,15 @@ def install_handlers(app: FastAPI) -> None:
             title="Internal error",
             detail="an unexpected error occurred",
         )
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method the published API serves at this path (routes are nested in included routers)."""
+    import re
+
+    methods: set[str] = set()
+    for template, operations in request.app.openapi().get("paths", {}).items():
+        pattern = re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template))
+        if re.fullmatch(pattern, request.url.path):
+            methods |= {m.upper() for m in operations}
+    return sorted(methods)

@@ -5,20 +5,39 @@ They live outside `api/` because services build them directly; they carry no HTT
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
 
 NAME_PART = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}"
 NAME_PART_PATTERN = f"^{NAME_PART}$"
 TABLE_PATTERN = f"^{NAME_PART}\\.{NAME_PART}\\.{NAME_PART}$"
 JOB_PATTERN = r"^[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}$"
 MAX_BODY_ITEMS = 1000
+NO_NUL = r"^[^\x00]*$"  # PostgreSQL text cannot hold NUL characters
 
 TableName = Annotated[str, StringConstraints(pattern=TABLE_PATTERN, max_length=386)]
 JobId = Annotated[str, StringConstraints(pattern=JOB_PATTERN, max_length=200)]
-SnapshotId = Annotated[int, Field(ge=0, le=2**63 - 1)]
+MAX_BIGINT = 2**63 - 1
+
+
+def _json_number(value: object) -> object:
+    """Accept JSON numbers only (1 and 1.0 alike, as JSON Schema does); never coerce strings or booleans."""
+    if isinstance(value, bool | str | bytes):
+        raise ValueError("must be a JSON number")
+    return value
+
+
+def _json_string(value: object) -> object:
+    if not isinstance(value, str | datetime):
+        raise ValueError("must be an RFC 3339 string")
+    return value
+
+
+SnapshotId = Annotated[
+    int, BeforeValidator(_json_number), Field(ge=0, le=MAX_BIGINT, json_schema_extra={"maximum": MAX_BIGINT})
+]
 BarrierValue = Annotated[int, Field(ge=1, le=2**63 - 1)]
 Consistency = Literal["strong", "weak"]
 TableFormat = Literal["delta", "paimon", "iceberg"]
@@ -30,16 +49,43 @@ def _bounded(mapping: dict[str, int]) -> dict[str, int]:
     return mapping
 
 
-SnapshotMap = Annotated[dict[TableName, SnapshotId], AfterValidator(_bounded)]
+def _storable_time(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        raise ValueError("give a time zone (RFC 3339, e.g. 2026-11-22T10:00:00Z)")
+    try:
+        year = value.astimezone(UTC).year
+    except OverflowError:
+        year = 0
+    if not 1970 <= year <= 9998:
+        raise ValueError("must lie between 1970 and 9998 in UTC")
+    return value
+
+
+CommitTime = Annotated[datetime, BeforeValidator(_json_string), AfterValidator(_storable_time)]
+
+
+def _not_empty(mapping: dict[str, int]) -> dict[str, int]:
+    if not mapping:
+        raise ValueError("name at least one table")
+    return mapping
+
+
+SnapshotMap = Annotated[
+    dict[TableName, SnapshotId],
+    AfterValidator(_bounded),
+    Field(json_schema_extra={"additionalProperties": False, "maxProperties": MAX_BODY_ITEMS}),
+]
 
 
 class Request(BaseModel):
+    """Request bodies: unknown fields and values of another JSON type are rejected, never coerced."""
+
     model_config = ConfigDict(extra="forbid")
 
 
 class RegisterRequest(Request):
     format: TableFormat | None = None
-    location: Annotated[str, StringConstraints(min_length=1, max_length=4096)] | None = None
+    location: Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=NO_NUL)] | None = None
 
 
 class NextBarrierRequest(Request):
@@ -55,12 +101,12 @@ class CommitRequest(Request):
 
 
 class AbortRequest(Request):
-    reason: Annotated[str, StringConstraints(max_length=2000)] | None = None
+    reason: Annotated[str, StringConstraints(max_length=2000, pattern=NO_NUL)] | None = None
 
 
 class SnapshotReportRequest(Request):
     snapshot_id: SnapshotId
-    committed_at: datetime | None = None
+    committed_at: CommitTime | None = None
 
 
 class VersionsRequest(Request):
@@ -231,11 +277,11 @@ LeaseTtl = Annotated[
 
 
 class LeaseRequest(Request):
-    holder: Annotated[str, StringConstraints(min_length=1, max_length=200)] = Field(
+    holder: Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=NO_NUL)] = Field(
         description="who holds the lease (1-200 characters), shown in retention reasons"
     )
-    snapshots: Annotated[SnapshotMap, Field(min_length=1)] = Field(
-        description="table → snapshot id to protect; 1 to 1000 registered tables"
+    snapshots: Annotated[SnapshotMap, AfterValidator(_not_empty), Field(json_schema_extra={"minProperties": 1})] = (
+        Field(description="table → snapshot id to protect; 1 to 1000 registered tables")
     )
     ttl_seconds: LeaseTtl = 600.0
 

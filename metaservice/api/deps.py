@@ -33,7 +33,9 @@ TablePath = Annotated[str, Path(pattern=NAME_PART_PATTERN, max_length=128)]
 BarrierPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="barrier value")]
 Limit = Annotated[int, Query(ge=1, le=1000, description="page size")]
 BeforeBarrier = Annotated[int | None, Query(ge=1, le=2**63 - 1, description="page: only entries before this barrier")]
-AfterName = Annotated[str | None, Query(max_length=400, description="page: only names after this one")]
+AfterName = Annotated[
+    str | None, Query(max_length=400, pattern=r"^[^\x00]*$", description="page: only names after this one")
+]
 
 
 def table_name(catalog: str, database: str, table: str) -> str:

@@ -1,14 +1,11 @@
-"""Request body size limit as pure ASGI middleware (so streamed bodies are counted too)."""
+"""Request body size limit as pure ASGI middleware: declared lengths are checked up front, streamed bodies are
+buffered up to the limit before the app runs."""
 
 from __future__ import annotations
 
 import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-
-class BodyTooLarge(Exception):
-    pass
 
 
 class BodySizeLimit:
@@ -25,28 +22,34 @@ class BodySizeLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
             await self._reject(scope, send)
             return
+        if declared is not None:
+            await self.app(scope, receive, send)
+            return
+        # A streamed body (no Content-Length): buffer it, bounded, before the app sees any of it.
+        chunks: list[bytes] = []
         seen = 0
-        started = False
-
-        async def counting_receive() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise BodyTooLarge
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            started = started or message["type"] == "http.response.start"
-            await send(message)
-
-        try:
-            await self.app(scope, counting_receive, tracking_send)
-        except BodyTooLarge:
-            if not started:
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.max_bytes:
                 await self._reject(scope, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
 
     async def _reject(self, scope: Scope, send: Send) -> None:
         body = json.dumps(
