@@ -1,48 +1,127 @@
-"""Delta tables written by Spark's parquet writer and committed to the Delta log by `deltalake` from the driver.
+"""Delta tables written by Spark's parquet writer and committed to the Delta log by `deltalake` (driver).
 
-No Delta jars are needed in Spark; the tables are ordinary Delta tables any Delta reader can open. Each commit
-of a job carries an app transaction (txnAppId = job id, txnVersion = barrier) and commit metadata naming the
-barrier and the job, so a job that crashed after committing finds its own commit instead of writing twice.
+No Delta jars are needed in Spark; the tables are ordinary Delta tables any Delta reader can open. A write
+is two steps: Spark's distributed writer puts parquet files into a fresh directory inside the table, then
+the driver commits exactly those files to the log. Files of a write that dies in between are in no version,
+so every reader ignores them. Each commit of a job carries an app transaction (txnAppId = job id,
+txnVersion = barrier) and commit metadata naming the barrier and the job, so a job that crashed after
+committing finds its own commit instead of writing twice.
 """
 
 from __future__ import annotations
 
+import fcntl
+import itertools
 import json
+import logging
 import os
 import re
 import time
 import uuid
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import TableNotFoundError
-from deltalake.transaction import AddAction, RemoveAction
+from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from spark_client import _failpoints
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
 
     from spark_client._http import MetaServiceClient
 
-_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_-]{0,127}$")
-BARRIER_KEY, JOB_KEY = "metaservice.barrier", "metaservice.job_id"
+logger = logging.getLogger("spark_client.catalog")
+
+BARRIER_KEY, JOB_KEY, WRITE_KEY = "metaservice.barrier", "metaservice.job_id", "metaservice.write_id"
+_RESERVED_KEYS = frozenset({BARRIER_KEY, JOB_KEY, WRITE_KEY})
+_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}")
+_DATA_DIR = "data"  # each write gets <table>/data/<write id>/; the log holds paths relative to the table
+_NO_SUCCESS_MARKER = "mapreduce.fileoutputcommitter.marksuccessfuljobs"
+_STRING_STATS_CHARS = 32  # like Delta Spark: longer values only get a (truncated, still valid) minimum
+_UNREADABLE_FEATURES = frozenset({"deletionVectors", "columnMapping"})  # a file list alone would be wrong
+_UNSTORABLE_TYPES = frozenset(  # Spark type names the Delta protocol (or delta-rs) has no type for
+    {"void", "interval", "daytimeinterval", "yearmonthinterval", "time", "variant", "geometry", "geography"}
+    | {"char", "varchar"}
+)
 
 
 class SchemaMismatch(ValueError):
-    """A write whose columns or types differ from the table's schema."""
+    """A write whose columns or types differ from the table's schema; nothing was committed.
+
+    Attributes:
+        table: the table written to.
+        columns: one entry per differing column: `"<name>: table <type>, data <type>"`.
+    """
+
+    def __init__(self, table: str, columns: Sequence[str]) -> None:
+        super().__init__(f"the data does not match the schema of {table!r}: {'; '.join(columns)}")
+        self.table, self.columns = table, tuple(columns)
 
 
 class NotAppendOnly(ValueError):
-    """Incremental reads of a table whose files were removed (overwritten) in between."""
+    """An incremental read across versions that removed files (an overwrite or a restore)."""
+
+
+class UnsupportedTable(ValueError):
+    """A table a plain file list cannot express: deletion vectors, column mapping or partition columns."""
+
+
+@dataclass(frozen=True)
+class DeltaCommit:
+    """One commit of a Delta table, with the MetaService tags when a job wrote it.
+
+    Attributes:
+        version: the Delta version the commit created.
+        timestamp: when it was committed (UTC), if the log says.
+        operation: the Delta operation, e.g. "WRITE", "CREATE TABLE", "RESTORE".
+        barrier: the barrier a job committed here, or None.
+        job_id: the job that committed it, or None.
+        info: the raw commitInfo, including any custom metadata.
+    """
+
+    version: int
+    timestamp: datetime | None
+    operation: str
+    barrier: int | None
+    job_id: str | None
+    info: Mapping[str, Any] = field(repr=False)
+
+    @classmethod
+    def from_info(cls, info: Mapping[str, Any]) -> DeltaCommit:
+        """Build from a commitInfo that carries its `version`, like `DeltaTable.history()` entries.
+
+        Example:
+            commit = DeltaCommit.from_info({"version": 3, "operation": "WRITE", "metaservice.barrier": "7"})
+        """
+        millis, barrier = info.get("timestamp"), info.get(BARRIER_KEY)
+        job = info.get(JOB_KEY)
+        return cls(
+            version=int(info["version"]),
+            timestamp=datetime.fromtimestamp(millis / 1000, UTC) if isinstance(millis, int) else None,
+            operation=str(info.get("operation", "")),
+            barrier=int(barrier) if isinstance(barrier, str) and barrier.lstrip("-").isdigit() else None,
+            job_id=job if isinstance(job, str) else None,
+            info=dict(info),
+        )
 
 
 class DeltaCatalog:
     """Delta tables under one warehouse root: `lake.sales.orders` lives at `<root>/lake/sales/orders`.
+
+    Snapshot ids are Delta versions. The first write creates the table (version 0) with the DataFrame's
+    schema, every column nullable as in Delta Spark; later writes must match it.
+
+    Args:
+        root: a local directory; created on the first write.
 
     Example:
         catalog = DeltaCatalog("/data/lake")
@@ -50,25 +129,64 @@ class DeltaCatalog:
         catalog.read_at(spark, "lake.raw.orders", version).count()
     """
 
-    format = "delta"
+    format: str = "delta"
 
-    def __init__(self, root: str | Path) -> None:
-        self.root = str(Path(root).resolve())
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        root = os.fspath(root)
+        if "://" in root:
+            raise ValueError(
+                f"only local directories are supported as a Delta lake root so far, got {root!r}"
+            )
+        self.root = os.path.abspath(root)
+
+    def __repr__(self) -> str:
+        return f"DeltaCatalog({self.root!r})"
 
     def location(self, table: str) -> str:
-        """The directory of `table`. Raises ValueError for a malformed name."""
+        """The directory of `table`.
+
+        Args:
+            table: `catalog.database.table`; each part matches `[A-Za-z0-9_][A-Za-z0-9_-]{0,127}`.
+
+        Returns:
+            `<root>/<catalog>/<database>/<table>`.
+
+        Raises:
+            ValueError: the name is malformed.
+
+        Example:
+            DeltaCatalog("/data/lake").location("lake.sales.orders")   # "/data/lake/lake/sales/orders"
+        """
         parts = table.split(".")
-        if len(parts) != 3 or not all(_PART.match(p) for p in parts):
+        if len(parts) != 3 or not all(_PART.fullmatch(p) for p in parts):
             raise ValueError(f"table names are catalog.database.table with parts {_PART.pattern}: {table!r}")
         return os.path.join(self.root, *parts)
 
     def latest_snapshot(self, table: str) -> int | None:
-        """The newest Delta version of `table`, or None when it does not exist yet."""
-        table_ = self._open(table)
-        return None if table_ is None else int(table_.version())
+        """The newest Delta version of `table`.
+
+        Returns:
+            The version, or None when the table does not exist yet.
+
+        Example:
+            catalog.latest_snapshot("lake.raw.orders")   # e.g. 12
+        """
+        delta = self._open(table)
+        return None if delta is None else delta.version()
 
     def append(self, spark: SparkSession, df: DataFrame, table: str) -> int:
-        """Commit `df` as new rows of `table` (root tables, ingestion, tests); returns the new version."""
+        """Commit `df` as new rows of `table`, untagged (root tables, ingestion, tests).
+
+        Returns:
+            The new Delta version.
+
+        Raises:
+            SchemaMismatch: the DataFrame's schema differs from the table's.
+
+        Example:
+            df = spark.createDataFrame([(1, "a")], "id long, name string")
+            catalog.append(spark, df, "lake.raw.orders")
+        """
         return self.write(spark, df, table, mode="append")
 
     def write(
@@ -84,89 +202,180 @@ class DeltaCatalog:
     ) -> int:
         """Write `df` with Spark's parquet writer into the table directory, then commit the files to the log.
 
+        The data is written once, by the executors; the driver only reads the new files' parquet footers
+        (sizes, row counts, min/max statistics) and commits. A tagged write is idempotent: when the log
+        already holds this job's commit for `barrier` (and no restore came after it), that version is
+        returned and nothing is written, like Delta Spark's `txnAppId`/`txnVersion` options.
+
         Args:
-            mode: "append" adds the rows; "overwrite" logically removes the previous files.
-            app_id, barrier: tag the commit with the app transaction (app_id, barrier) and commit metadata.
-            metadata: more commit metadata.
+            spark: the session (the DataFrame carries its own; kept for catalogs that need one).
+            df: the rows to write.
+            table: `catalog.database.table`; created by the first write.
+            mode: "append" adds the rows; "overwrite" logically removes every previous file.
+            app_id: the job id, stored as the commit's app transaction id.
+            barrier: the barrier, stored as the app transaction version; given together with `app_id`.
+            metadata: more commit metadata (keys `metaservice.barrier`, `.job_id`, `.write_id` are reserved).
 
         Returns:
-            The new Delta version.
+            The Delta version holding the data.
 
         Raises:
-            SchemaMismatch: the DataFrame's schema differs from the table's; nothing is committed.
+            SchemaMismatch: the DataFrame's schema differs from the table's; nothing is written.
+            ValueError: bad arguments, or a column type Delta cannot store.
+
+        Example:
+            version = catalog.write(spark, df, "lake.mart.orders_enriched", mode="append",
+                                    app_id="enrich", barrier=1042)
         """
-        del spark  # the DataFrame carries its session
+        del spark
+        if mode not in ("append", "overwrite"):
+            raise ValueError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+        if (app_id is None) != (barrier is None):
+            raise ValueError("app_id and barrier tag a commit together: give both or neither")
+        if reserved := sorted(_RESERVED_KEYS & set(metadata or {})):
+            raise ValueError(f"commit metadata keys {reserved} are set by the catalog")
         location = self.location(table)
-        arrow_schema = _arrow_schema(df)
-        existing = self._open(table)
-        if existing is not None:
-            _check_schema(table, pa.schema(existing.schema().to_arrow()), arrow_schema)
-        relative = f"data/{uuid.uuid4().hex}"
+        schema = _table_schema(table, df.schema)
+        delta = self._open(table)
+        if delta is not None:
+            _check_schema(table, delta, schema)
+            if app_id is not None and barrier is not None:
+                done = _tagged_version(location, delta, app_id=app_id, barrier=barrier)
+                if done is not None:
+                    logger.info("%s holds %s's barrier %d already: version %d", table, app_id, barrier, done)
+                    return done
+
+        write_id = uuid.uuid4().hex
+        relative = f"{_DATA_DIR}/{write_id}"
         staging = os.path.join(location, relative)
-        df.write.mode("error").parquet(staging)
+        df.write.mode("errorifexists").option(_NO_SUCCESS_MARKER, "false").parquet(staging)
         _failpoints.hit("after_files_written")
-        actions = _add_actions(staging, relative)
-        if existing is None:
-            existing = DeltaTable.create(location, schema=arrow_schema, mode="ignore")
-        custom: dict[str, Any] = dict(metadata or {})
-        transactions = []
+
+        actions = _add_actions(staging, relative, schema)
+        custom: dict[str, Any] = {**(metadata or {}), WRITE_KEY: write_id}
+        transactions = None
         if app_id is not None and barrier is not None:
             custom.update({BARRIER_KEY: str(barrier), JOB_KEY: app_id})
-            transactions.append(Transaction(app_id, barrier))
-        existing.create_write_transaction(
-            list[AddAction | RemoveAction](actions),
-            mode,
-            arrow_schema,
-            commit_properties=CommitProperties(custom_metadata=custom or None, app_transactions=transactions or None),
+            transactions = [Transaction(app_id, barrier, int(time.time() * 1000))]
+        properties = CommitProperties(custom_metadata=custom, app_transactions=transactions)
+        version = self._commit(table, delta, schema, actions, mode, properties, write_id)
+        logger.debug(
+            "%s: %s of %d file(s) (write %s) is version %d", table, mode, len(actions), write_id, version
         )
-        existing.update_incremental()
-        version = int(existing.version())
         if app_id is not None:
             _failpoints.hit("after_delta_commit")
         return version
 
     def committed_snapshot(self, table: str, *, app_id: str, barrier: int) -> int | None:
-        """The version this job committed for `barrier` earlier (a crash before reporting it), or None."""
-        table_ = self._open(table)
-        if table_ is None:
+        """The version `app_id` committed for `barrier` earlier, e.g. before a crash kept it from reporting.
+
+        The app transaction says whether the job got as far as `barrier`; the commit metadata says which
+        version holds it. Commits undone by a later restore (a rollback) do not count.
+
+        Returns:
+            The version, or None when the job has no live commit for `barrier` in `table`.
+
+        Example:
+            version = catalog.committed_snapshot("lake.mart.orders_enriched", app_id="enrich", barrier=1042)
+            if version is None:
+                version = catalog.write(spark, df, "lake.mart.orders_enriched", mode="append",
+                                        app_id="enrich", barrier=1042)
+        """
+        delta = self._open(table)
+        if delta is None:
             return None
-        done = table_.transaction_version(app_id)
-        if done is None or done < barrier:
-            return None
-        for commit in table_.history():
-            if commit.get("operation") == "RESTORE":
-                return None  # commits before a rollback's restore were undone: recompute
-            if commit.get(BARRIER_KEY) == str(barrier) and commit.get(JOB_KEY) == app_id:
-                return int(commit["version"])
-        return None
+        return _tagged_version(self.location(table), delta, app_id=app_id, barrier=barrier)
+
+    def read_at(self, spark: SparkSession, table: str, snapshot_id: int) -> DataFrame:
+        """`table` exactly as of Delta version `snapshot_id`: Spark reads that version's file list.
+
+        Raises:
+            UnsupportedTable: the table uses Delta features a file list cannot express.
+
+        Example:
+            orders = catalog.read_at(spark, "lake.raw.orders", 12)
+        """
+        delta = self._open_readable(table, snapshot_id)
+        return _frame(spark, _spark_schema(delta), delta.file_uris())
+
+    def read_changes(
+        self, spark: SparkSession, table: str, *, after_snapshot_id: int | None, snapshot_id: int
+    ) -> DataFrame:
+        """Rows added after version `after_snapshot_id` up to `snapshot_id` (all rows when it is None).
+
+        These are the files of `snapshot_id` that `after_snapshot_id` does not have; valid only while the
+        table is append-only in between.
+
+        Raises:
+            NotAppendOnly: files of `after_snapshot_id` were removed in between (overwrite, restore).
+            ValueError: `after_snapshot_id` is newer than `snapshot_id`.
+
+        Example:
+            new_orders = catalog.read_changes(spark, "lake.raw.orders", after_snapshot_id=11, snapshot_id=12)
+        """
+        if after_snapshot_id is None:
+            return self.read_at(spark, table, snapshot_id)
+        if after_snapshot_id > snapshot_id:
+            raise ValueError(f"after_snapshot_id {after_snapshot_id} is newer than snapshot_id {snapshot_id}")
+        now = self._open_readable(table, snapshot_id)
+        files = now.file_uris()
+        before = set(DeltaTable(self.location(table), version=after_snapshot_id).file_uris())
+        if gone := len(before.difference(files)):
+            raise NotAppendOnly(
+                f"{table!r} is not append-only between versions {after_snapshot_id} and {snapshot_id}: "
+                f"{gone} file(s) were removed (overwritten or restored); read it whole with read_at"
+            )
+        return _frame(spark, _spark_schema(now), [f for f in files if f not in before])
+
+    def history(self, table: str, *, limit: int | None = None) -> list[DeltaCommit]:
+        """Commits of `table`, newest first, with their barrier and job tags when a job wrote them.
+
+        Args:
+            limit: at most this many of the newest commits.
+
+        Example:
+            for commit in catalog.history("lake.mart.orders_enriched", limit=5):
+                print(commit.version, commit.job_id, commit.barrier)
+        """
+        delta = self._open(table)
+        if delta is None:
+            return []
+        infos = _newest_first(self.location(table), delta.version())
+        return [DeltaCommit.from_info(i) for i in itertools.islice(infos, limit)]
 
     def restore(self, table: str, snapshot_id: int, *, metadata: Mapping[str, str] | None = None) -> int:
-        """Make `table` hold the data of version `snapshot_id` again (a new version); returns that new version.
+        """Make `table` hold the data of version `snapshot_id` again, as a new version; returns that version.
 
         Example:
             catalog.restore("lake.mart.orders_enriched", 4)
         """
-        table_ = DeltaTable(self.location(table))
-        table_.restore(snapshot_id, commit_properties=CommitProperties(custom_metadata=dict(metadata or {}) or None))
-        table_.update_incremental()
-        return int(table_.version())
+        location, write_id = self.location(table), uuid.uuid4().hex
+        delta = DeltaTable(location)
+        read_version = delta.version()
+        custom = {**(metadata or {}), WRITE_KEY: write_id}
+        delta.restore(snapshot_id, commit_properties=CommitProperties(custom_metadata=custom))
+        return _own_version(location, read_version=read_version, write_id=write_id)
 
     def vacuum(
-        self, table: str, client: MetaServiceClient, *, min_orphan_age_seconds: float = 3600, dry_run: bool = False
+        self,
+        table: str,
+        client: MetaServiceClient,
+        *,
+        min_orphan_age_seconds: float = 3600,
+        dry_run: bool = False,
     ) -> list[str]:
-        """Delete data files that no protected version of `table` needs; returns the paths deleted (or to delete).
+        """Delete data files no protected version of `table` needs; returns the paths deleted (or to delete).
 
-        MetaService names the oldest protected snapshot (in-flight job inputs, live leases, the strong version,
-        the newest). Every file of every version from that one to the newest is kept. Files no version
-        references (a write that crashed before its log commit) are deleted only when older than
+        MetaService names the oldest protected snapshot (in-flight job inputs, live leases, the strong
+        version, the newest). Every file of every version from that one to the newest is kept. Files no
+        version references (a write that crashed before its log commit) are deleted only when older than
         `min_orphan_age_seconds`, so a write in progress is never touched.
 
         Example:
             deleted = catalog.vacuum("lake.mart.orders_enriched", client)
         """
         location = self.location(table)
-        table_ = DeltaTable(location)
-        newest = int(table_.version())
+        newest = DeltaTable(location).version()
         oldest = client.retention(table).oldest_protected_snapshot_id
         floor = newest if oldest is None else min(int(oldest), newest)
         keep: set[str] = set()
@@ -189,85 +398,270 @@ class DeltaCatalog:
                 os.remove(path)
         return sorted(doomed)
 
-    def read_at(self, spark: SparkSession, table: str, snapshot_id: int) -> DataFrame:
-        """`table` exactly as of Delta version `snapshot_id`: Spark reads that version's file list."""
-        version = DeltaTable(self.location(table), version=snapshot_id)
-        files = version.file_uris()
-        if not files:
-            from pyspark.sql.pandas.types import from_arrow_schema
-
-            return spark.createDataFrame([], from_arrow_schema(pa.schema(version.schema().to_arrow())))
-        return spark.read.parquet(*files)
-
-    def read_changes(
-        self, spark: SparkSession, table: str, *, after_snapshot_id: int | None, snapshot_id: int
-    ) -> DataFrame:
-        """Rows added after version `after_snapshot_id` up to `snapshot_id` (all rows when it is None).
-
-        Raises:
-            NotAppendOnly: files were removed in between (the table was overwritten).
-        """
-        if after_snapshot_id is None:
-            return self.read_at(spark, table, snapshot_id)
-        location = self.location(table)
-        now = set(DeltaTable(location, version=snapshot_id).file_uris())
-        before = set(DeltaTable(location, version=after_snapshot_id).file_uris())
-        if not before <= now:
-            raise NotAppendOnly(f"{table!r} lost files between versions {after_snapshot_id} and {snapshot_id}")
-        added = sorted(now - before)
-        if not added:
-            return self.read_at(spark, table, snapshot_id).limit(0)
-        return spark.read.parquet(*added)
-
-    def history(self, table: str) -> list[dict[str, Any]]:
-        """Commits of `table`, newest first, with their barrier and job tags when they have them."""
-        table_ = self._open(table)
-        return [] if table_ is None else list(table_.history())
-
     def _open(self, table: str) -> DeltaTable | None:
         try:
             return DeltaTable(self.location(table))
         except TableNotFoundError:
             return None
 
+    def _open_readable(self, table: str, version: int) -> DeltaTable:
+        delta = DeltaTable(self.location(table), version=version)
+        features = set(delta.protocol().reader_features or ()) & _UNREADABLE_FEATURES
+        if features or delta.metadata().partition_columns:
+            what = sorted(features) or ["partition columns"]
+            raise UnsupportedTable(
+                f"{table!r} uses {', '.join(what)}; this catalog reads unpartitioned plain tables"
+            )
+        return delta
 
-def _arrow_schema(df: DataFrame) -> pa.Schema:
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(df.schema)
-
-
-def _check_schema(table: str, expected: pa.Schema, actual: pa.Schema) -> None:
-    want = {f.name: str(f.type) for f in expected}
-    got = {f.name: str(f.type) for f in actual}
-    if want != got:
-        diff = sorted(
-            f"{name}: {want.get(name, 'missing')} → {got.get(name, 'missing')}"
-            for name in set(want) | set(got)
-            if want.get(name) != got.get(name)
+    def _commit(
+        self,
+        table: str,
+        delta: DeltaTable | None,
+        schema: StructType,
+        actions: list[AddAction],
+        mode: Literal["append", "overwrite"],
+        properties: CommitProperties,
+        write_id: str,
+    ) -> int:
+        """One Delta commit of `actions`, creating the table with them if need be; returns its version."""
+        location = self.location(table)
+        if delta is None:
+            with _creation_lock(location):
+                delta = self._open(table)
+                if delta is None:
+                    create_table_with_add_actions(
+                        location,
+                        DeltaSchema.from_json(schema.json()),
+                        actions,
+                        mode="error",
+                        commit_properties=properties,
+                    )
+                    return _own_version(location, read_version=-1, write_id=write_id)
+            _check_schema(table, delta, schema)  # another writer created it meanwhile: commit on top
+        read_version = delta.version()
+        delta.create_write_transaction(
+            list[AddAction | RemoveAction](actions), mode, delta.schema(), commit_properties=properties
         )
-        raise SchemaMismatch(f"schema of {table!r} differs: {'; '.join(diff)}")
+        return _own_version(location, read_version=read_version, write_id=write_id)
 
 
-def _add_actions(staging: str, relative: str) -> list[AddAction]:
-    """One AddAction per parquet file Spark wrote; row counts come from the footers only."""
+@contextmanager
+def _creation_lock(location: str) -> Iterator[None]:
+    """Serialize creating a table between writers on this machine (threads and processes alike).
+
+    delta-rs checks "table exists" before committing version 0 and retries a lost race as version 1, so two
+    racing creates both succeed and the second replaces the table's metadata under concurrent appends.
+    """
+    fd = os.open(location, os.O_RDONLY)  # the table directory: Spark created it for the staging files
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _own_version(location: str, *, read_version: int, write_id: str) -> int:
+    """The version our commit got: the next one, unless concurrent writers committed in between."""
+    version = read_version + 1
+    while (info := _commit_info(location, version)) is not None:
+        if info.get(WRITE_KEY) == write_id:
+            return version
+        version += 1
+    raise RuntimeError(f"the commit of write {write_id} is not in the log after version {read_version}")
+
+
+def _tagged_version(location: str, delta: DeltaTable, *, app_id: str, barrier: int) -> int | None:
+    done = delta.transaction_version(app_id)
+    if done is None or done < barrier:
+        return None
+    for info in _newest_first(location, delta.version()):
+        if info.get("operation") == "RESTORE":
+            return None  # commits before a rollback's restore were undone: recompute
+        if info.get(BARRIER_KEY) == str(barrier) and info.get(JOB_KEY) == app_id:
+            return int(info["version"])
+    return None
+
+
+def _newest_first(location: str, newest: int) -> Iterator[dict[str, Any]]:
+    """Commit infos from version `newest` down to the oldest commit the log still holds."""
+    for version in range(newest, -1, -1):
+        info = _commit_info(location, version)
+        if info is None:
+            return
+        yield info
+
+
+def _commit_info(location: str, version: int) -> dict[str, Any] | None:
+    """The commitInfo of `version` (with its `version`), or None when the log holds no such commit (any more).
+
+    Read from the commit file itself: `DeltaTable.history()` numbers the commits it lists counting down from
+    the version it loaded, so it mislabels them while other writers commit.
+    """
+    try:
+        with open(os.path.join(location, "_delta_log", f"{version:020d}.json"), encoding="utf-8") as commit:
+            for line in commit:
+                if '"commitInfo"' in line and "commitInfo" in (action := json.loads(line)):
+                    return {**action["commitInfo"], "version": version}
+    except FileNotFoundError:
+        return None
+    return {"version": version}  # commitInfo is optional in the protocol
+
+
+def _table_schema(table: str, schema: StructType) -> StructType:
+    """The Delta schema for data of `schema`: all levels nullable (as in Delta Spark), storable types only."""
+    from pyspark.sql.types import ArrayType, MapType, StructField, StructType, UserDefinedType
+
+    def relax(dt: DataType, where: str) -> DataType:
+        if isinstance(dt, UserDefinedType):
+            return relax(dt.sqlType(), where)
+        if isinstance(dt, StructType):
+            return StructType(
+                [
+                    StructField(f.name, relax(f.dataType, f"{where}.{f.name}"), True, f.metadata)
+                    for f in dt.fields
+                ]
+            )
+        if isinstance(dt, ArrayType):
+            return ArrayType(relax(dt.elementType, f"{where}[]"), True)
+        if isinstance(dt, MapType):
+            return MapType(
+                relax(dt.keyType, f"{where}{{key}}"), relax(dt.valueType, f"{where}{{value}}"), True
+            )
+        if dt.typeName() in _UNSTORABLE_TYPES:
+            raise ValueError(
+                f"column {where.lstrip('.')} of the data for {table!r} has type {dt.simpleString()}, "
+                "which a Delta table cannot store"
+            )
+        return dt
+
+    relaxed = relax(schema, "")
+    assert isinstance(relaxed, StructType)
+    return relaxed
+
+
+def _spark_schema(delta: DeltaTable) -> StructType:
+    """The table's schema as Spark sees it (Delta's schema JSON is Spark's)."""
+    from pyspark.sql.types import StructType
+
+    return StructType.fromJson(json.loads(delta.schema().to_json()))
+
+
+def _check_schema(table: str, delta: DeltaTable, schema: StructType) -> None:
+    """Columns are matched by name (order does not matter); types must be equal, nullability aside."""
+    want = {f.name: f.dataType.simpleString() for f in _spark_schema(delta).fields}
+    got = {f.name: f.dataType.simpleString() for f in schema.fields}
+    differing = [
+        f"{name}: table {want.get(name, 'missing')}, data {got.get(name, 'missing')}"
+        for name in sorted(want.keys() | got.keys())
+        if want.get(name) != got.get(name)
+    ]
+    if differing:
+        raise SchemaMismatch(table, differing)
+
+
+def _frame(spark: SparkSession, schema: StructType, files: Sequence[str]) -> DataFrame:
+    if not files:
+        return spark.createDataFrame([], schema)
+    return spark.read.schema(schema).parquet(*files)
+
+
+def _add_actions(staging: str, relative: str, schema: StructType) -> list[AddAction]:
+    """One AddAction per non-empty parquet file Spark wrote; everything else in the directory is removed.
+
+    Sizes come from the directory listing and row counts and statistics from the parquet footers, so the
+    data itself is never read again.
+    """
+    entries = sorted(os.scandir(staging), key=lambda e: e.name)
+    for entry in entries:
+        if entry.name.endswith(".crc") or entry.name == "_SUCCESS":
+            os.remove(entry.path)  # Hadoop checksums: no Delta reader uses them
+    files = [e for e in entries if e.name.endswith(".parquet") and e.is_file()]
+    footers = _footers([e.path for e in files])
+    kinds = _stats_kinds(schema)
     actions = []
-    for entry in os.scandir(staging):
-        if not entry.name.endswith(".parquet"):
+    for entry, footer in zip(files, footers, strict=True):
+        if footer.num_rows == 0:
+            os.remove(entry.path)  # Spark writes one empty file for an empty DataFrame; Delta needs none
             continue
         stat = entry.stat()
-        rows = pq.read_metadata(entry.path).num_rows
         actions.append(
             AddAction(
-                f"{relative}/{entry.name}",
-                stat.st_size,
-                {},
-                int(stat.st_mtime * 1000),
-                True,
-                json.dumps({"numRecords": rows}),
+                path=f"{relative}/{entry.name}",
+                size=stat.st_size,
+                partition_values={},
+                modification_time=int(stat.st_mtime * 1000),
+                data_change=True,
+                stats=_stats(footer, kinds),
             )
         )
+    if not actions:
+        os.rmdir(staging)
     return actions
+
+
+def _footers(paths: Sequence[str]) -> list[pq.FileMetaData]:
+    if len(paths) <= 4:
+        return [pq.read_metadata(p) for p in paths]
+    with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
+        return list(pool.map(pq.read_metadata, paths))
+
+
+def _stats_kinds(schema: StructType) -> dict[str, str]:
+    """Top-level flat columns → how their min/max go into Delta stats ("" = null count only).
+
+    Min/max are kept only where the parquet footer value maps exactly onto Delta's stats format: integers,
+    dates and strings. Floats (NaN), decimals, timestamps (Delta stats are milliseconds) and binaries get
+    null counts only; a reader then simply does not skip files on them.
+    """
+    from pyspark.sql.types import ArrayType, DateType, IntegralType, MapType, StringType, StructType
+
+    kinds = {}
+    for f in schema.fields:
+        if "." in f.name or isinstance(f.dataType, StructType | ArrayType | MapType):
+            continue
+        if isinstance(f.dataType, IntegralType):
+            kinds[f.name] = "int"
+        elif isinstance(f.dataType, DateType):
+            kinds[f.name] = "date"
+        elif isinstance(f.dataType, StringType):
+            kinds[f.name] = "string"
+        else:
+            kinds[f.name] = ""
+    return kinds
+
+
+def _stats(footer: pq.FileMetaData, kinds: Mapping[str, str]) -> str:
+    """Delta file statistics (numRecords, nullCount, minValues, maxValues) from one parquet footer."""
+    nulls: dict[str, int] = {}
+    lows: dict[str, Any] = {}
+    highs: dict[str, Any] = {}
+    groups = [footer.row_group(i) for i in range(footer.num_row_groups)]
+    columns = {groups[0].column(i).path_in_schema: i for i in range(groups[0].num_columns)} if groups else {}
+    for name, kind in kinds.items():
+        if name not in columns:
+            continue
+        chunks = [g.column(columns[name]).statistics for g in groups]
+        if not all(s is not None and s.has_null_count for s in chunks):
+            continue
+        nulls[name] = sum(s.null_count for s in chunks)
+        if not kind or not all(s.has_min_max for s in chunks):
+            continue
+        low, high = min(s.min for s in chunks), max(s.max for s in chunks)
+        if kind == "int" and isinstance(low, int) and isinstance(high, int):
+            lows[name], highs[name] = low, high
+        elif kind == "date" and isinstance(low, date) and isinstance(high, date):
+            lows[name], highs[name] = low.isoformat(), high.isoformat()
+        elif kind == "string" and isinstance(low, str) and isinstance(high, str):
+            lows[name] = low[:_STRING_STATS_CHARS]  # a prefix is still a lower bound
+            if len(high) <= _STRING_STATS_CHARS:
+                highs[name] = high
+    stats: dict[str, Any] = {"numRecords": footer.num_rows, "nullCount": nulls}
+    if lows:
+        stats["minValues"] = lows
+    if highs:
+        stats["maxValues"] = highs
+    return json.dumps(stats, separators=(",", ":"))
 
 
 def _all_add_paths(location: str) -> list[dict[str, Any]]:
