@@ -35,9 +35,7 @@ def _json_string(value: object) -> object:
     return value
 
 
-SnapshotId = Annotated[
-    int, BeforeValidator(_json_number), Field(ge=0, le=MAX_BIGINT, json_schema_extra={"maximum": MAX_BIGINT})
-]
+SnapshotId = Annotated[int, Field(ge=0, le=MAX_BIGINT), BeforeValidator(_json_number)]
 BarrierValue = Annotated[int, Field(ge=1, le=2**63 - 1)]
 Consistency = Literal["strong", "weak"]
 TableFormat = Literal["delta", "paimon", "iceberg"]
@@ -56,8 +54,8 @@ def _storable_time(value: datetime) -> datetime:
         year = value.astimezone(UTC).year
     except OverflowError:
         year = 0
-    if not 1970 <= year <= 9998:
-        raise ValueError("must lie between 1970 and 9998 in UTC")
+    if year == 0:  # before year 1 or after 9999 once in UTC: Python cannot read it back
+        raise ValueError("must lie between years 1 and 9999 in UTC")
     return value
 
 
