@@ -1,0 +1,354 @@
+"""The deployment files: docker-compose.yml, Dockerfile and .dockerignore.
+
+No Docker engine runs here, so the files are checked for structure, every `METASERVICE_*` variable is checked
+against `Settings`, and the image's command is run for real with the image's file layout and environment
+against a real PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+import yaml
+from psycopg import sql
+from sqlalchemy.engine import make_url
+
+from metaservice.settings import Settings, to_sqlalchemy_url
+from tests import support
+
+REPO = Path(__file__).resolve().parents[1]
+PREFIX = "METASERVICE_"
+SAMPLE_PASSWORD = "s3cret-for-the-test"
+SITE_PACKAGES = "/opt/venv/lib/python3.11/site-packages"  # the image's venv; python:3.11 fixes the path
+
+
+# --- parsing ------------------------------------------------------------------------------------------------------
+
+
+def compose() -> dict[str, Any]:
+    loaded = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def interpolate(value: str, variables: dict[str, str]) -> str:
+    """Compose's `${NAME}`, `${NAME:-default}` and `${NAME:?error}` with `variables` as the environment."""
+
+    def replace(match: re.Match[str]) -> str:
+        name, operator, argument = match.group(1), match.group(2), match.group(3)
+        if name in variables:
+            return variables[name]
+        if operator == ":-":
+            return argument or ""
+        raise AssertionError(f"compose needs ${name}: {argument}")
+
+    return re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:[-?])([^}]*))?\}", replace, value)
+
+
+def service_environment(name: str) -> dict[str, str]:
+    environment = compose()["services"][name].get("environment", {})
+    assert isinstance(environment, dict), "environment is written as a mapping"
+    return {str(k): interpolate(str(v), {"POSTGRES_PASSWORD": SAMPLE_PASSWORD}) for k, v in environment.items()}
+
+
+def dockerfile_instructions() -> list[list[tuple[str, str]]]:
+    """(INSTRUCTION, arguments) per build stage, with line continuations joined and comments dropped."""
+    text = (REPO / "Dockerfile").read_text()
+    logical: list[str] = []
+    current = ""
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or (line.startswith("#") and not current):
+            continue
+        if line.endswith("\\"):
+            current += line[:-1] + " "
+            continue
+        logical.append(current + line)
+        current = ""
+    stages: list[list[tuple[str, str]]] = []
+    for line in logical:
+        instruction, _, arguments = line.partition(" ")
+        if instruction.upper() == "FROM":
+            stages.append([])
+        assert stages, "the Dockerfile starts with FROM"
+        stages[-1].append((instruction.upper(), arguments.strip()))
+    return stages
+
+
+def final_stage() -> list[tuple[str, str]]:
+    return dockerfile_instructions()[-1]
+
+
+def arguments(stage: list[tuple[str, str]], instruction: str) -> list[str]:
+    return [args for name, args in stage if name == instruction]
+
+
+def exec_form(arguments_text: str) -> list[str]:
+    parsed = json.loads(arguments_text)
+    assert isinstance(parsed, list) and all(isinstance(a, str) for a in parsed), arguments_text
+    return parsed
+
+
+def image_command() -> list[str]:
+    (cmd,) = arguments(final_stage(), "CMD")
+    return exec_form(cmd)
+
+
+def image_environment() -> dict[str, str]:
+    environment: dict[str, str] = {}
+    for args in arguments(final_stage(), "ENV"):
+        for token in shlex.split(args):
+            key, separator, value = token.partition("=")
+            assert separator, f"ENV is written as key=value: {args}"
+            environment[key] = value
+    return environment
+
+
+def healthcheck_command() -> list[str]:
+    (healthcheck,) = arguments(final_stage(), "HEALTHCHECK")
+    _, separator, command = healthcheck.partition("CMD ")
+    assert separator, healthcheck
+    return exec_form(command)
+
+
+def copies(stage: list[tuple[str, str]]) -> list[tuple[list[str], str, bool]]:
+    """(sources, destination, from_another_stage) of each COPY."""
+    result = []
+    for args in arguments(stage, "COPY"):
+        parts = shlex.split(args)
+        from_stage = any(p.startswith("--from=") for p in parts)
+        paths = [p for p in parts if not p.startswith("--")]
+        result.append((paths[:-1], paths[-1], from_stage))
+    return result
+
+
+def dockerignore_excludes(relative: str) -> bool:
+    """Whether .dockerignore keeps `relative` (a path in the build context) out of the context."""
+    excluded = False
+    for raw in (REPO / ".dockerignore").read_text().splitlines():
+        pattern = raw.strip()
+        if not pattern or pattern.startswith("#"):
+            continue
+        negate = pattern.startswith("!")
+        pattern = pattern.lstrip("!").strip("/")
+        parts = relative.split("/")
+        prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+        candidates = [pattern, pattern.removeprefix("**/")]
+        if any(fnmatch.fnmatchcase(p, c) for p in prefixes for c in candidates) or (
+            pattern.startswith("**/") and any(fnmatch.fnmatchcase(part, candidates[1]) for part in parts)
+        ):
+            excluded = not negate
+    return excluded
+
+
+# --- docker-compose.yml -------------------------------------------------------------------------------------------
+
+
+def test_compose_runs_postgres_16_on_a_named_volume_with_a_pg_isready_healthcheck() -> None:
+    spec = compose()
+    assert set(spec["services"]) == {"postgres", "metaservice"}
+    postgres = spec["services"]["postgres"]
+    assert postgres["image"].startswith("postgres:16")
+    volume_names = set(spec["volumes"])
+    mounts = [str(v).split(":") for v in postgres["volumes"]]
+    assert ["pgdata", "/var/lib/postgresql/data"] in mounts and "pgdata" in volume_names
+
+    env = service_environment("postgres")
+    test = postgres["healthcheck"]["test"]
+    assert test[0] in ("CMD", "CMD-SHELL")
+    command = shlex.split(test[1]) if test[0] == "CMD-SHELL" else test[1:]
+    assert command[0] == "pg_isready"
+    assert command[command.index("-U") + 1] == env["POSTGRES_USER"]
+    assert command[command.index("-d") + 1] == env["POSTGRES_DB"]
+    assert int(postgres["healthcheck"]["retries"]) >= 1
+    assert env["POSTGRES_PASSWORD"] == SAMPLE_PASSWORD  # required from the environment, never a literal
+
+
+def test_compose_starts_metaservice_after_postgres_is_healthy_and_publishes_its_port() -> None:
+    service = compose()["services"]["metaservice"]
+    build = service["build"]
+    context = build if isinstance(build, str) else build.get("context", ".")
+    dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
+    assert (REPO / context / dockerfile).resolve() == REPO / "Dockerfile"
+    assert service["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+    port = service_environment("metaservice").get(f"{PREFIX}PORT") or image_environment()[f"{PREFIX}PORT"]
+    published = [str(p).rsplit(":", 1) for p in service["ports"]]
+    assert [published_port[-1] for published_port in published] == [port]
+    assert arguments(final_stage(), "EXPOSE") == [port]
+
+
+def test_compose_database_url_points_at_the_postgres_service() -> None:
+    url = service_environment("metaservice")[f"{PREFIX}DATABASE_URL"]
+    parsed = make_url(to_sqlalchemy_url(url))
+    postgres = service_environment("postgres")
+    assert parsed.drivername == "postgresql+psycopg"
+    assert (parsed.host, parsed.port) == ("postgres", 5432)
+    assert parsed.database == postgres["POSTGRES_DB"]
+    assert parsed.username == postgres["POSTGRES_USER"]
+    assert parsed.password == postgres["POSTGRES_PASSWORD"]
+
+
+@pytest.mark.parametrize("source", ["docker-compose.yml", "Dockerfile"])
+def test_every_metaservice_variable_is_a_valid_setting(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`Settings` ignores unknown variables (extra="ignore"), so a misspelt one would silently do nothing."""
+    environment = service_environment("metaservice") if source == "docker-compose.yml" else image_environment()
+    ours = {k: v for k, v in environment.items() if k.startswith(PREFIX)}
+    assert ours
+    unknown = sorted(k for k in ours if k.removeprefix(PREFIX).lower() not in Settings.model_fields)
+    assert unknown == [], f"not fields of metaservice.settings.Settings: {unknown}"
+    for key, value in ours.items():
+        monkeypatch.setenv(key, value)
+    settings = Settings()  # every value parses and passes the field's constraints
+    for key, value in ours.items():
+        field = key.removeprefix(PREFIX).lower()
+        assert str(getattr(settings, field)).lower() == value.lower(), field
+
+
+# --- Dockerfile and .dockerignore ----------------------------------------------------------------------------------
+
+
+def test_image_is_python_slim_installs_no_extras_and_runs_as_a_non_root_user() -> None:
+    stages = dockerfile_instructions()
+    assert [arguments(stage, "FROM")[0].split()[0] for stage in stages] == ["python:3.11-slim"] * len(stages)
+    installs = [run for stage in stages for run in arguments(stage, "RUN") if "pip install" in run]
+    assert installs and not any("[" in run for run in installs), installs  # no `.[dev]` / `.[spark]`
+    assert any(re.search(r"pip install (\S+ )*\.(\s|$)", run) for run in installs)
+    users = arguments(final_stage(), "USER")
+    assert users and users[-1] not in ("root", "0")
+    assert [name for name, _ in final_stage()].index("USER") < [name for name, _ in final_stage()].index("CMD")
+
+
+def test_image_command_serves_and_its_healthcheck_probes_healthz() -> None:
+    command = image_command()
+    assert command[:2] == ["metaservice", "serve"]
+    assert command[command.index("--host") + 1] == "0.0.0.0"  # reachable from outside the container
+    assert "/healthz" in " ".join(healthcheck_command())
+
+
+def test_build_context_keeps_what_the_image_copies_and_drops_local_state() -> None:
+    for stage in dockerfile_instructions():
+        for sources, _, from_stage in copies(stage):
+            if from_stage:
+                continue
+            for source in sources:
+                assert (REPO / source).exists(), source
+                assert not dockerignore_excludes(source), f".dockerignore drops {source}, which the image copies"
+    for local in (".git", ".venv", ".test-pg", ".metaservice", "tests", "metaservice/__pycache__/app.pyc"):
+        assert dockerignore_excludes(local), local
+
+
+# --- the image's command, run for real ----------------------------------------------------------------------------
+
+
+def image_layout(root: Path, *, with_migrations: bool) -> Path:
+    """What `pip install .` puts in site-packages (the `metaservice` package with its static files), plus the
+    Dockerfile's copy of `migrations/` when `with_migrations`."""
+    site = root / "site-packages"
+    shutil.copytree(REPO / "metaservice", site / "metaservice", ignore=shutil.ignore_patterns("__pycache__"))
+    if with_migrations:
+        (destination,) = [dest for sources, dest, _ in copies(final_stage()) if sources == ["migrations"]]
+        relative = Path(destination).relative_to(SITE_PACKAGES)
+        shutil.copytree(REPO / "migrations", site / relative, ignore=shutil.ignore_patterns("__pycache__"))
+    return site
+
+
+def run_environment(site: Path, database_url: str, port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
+    env.update(image_environment())
+    env.update(service_environment("metaservice"))
+    env.update({f"{PREFIX}DATABASE_URL": database_url, f"{PREFIX}PORT": str(port), "PYTHONPATH": str(site)})
+    env["PATH"] = os.environ["PATH"]  # the image's PATH names its venv
+    env["TYPER_STANDARD_TRACEBACK"] = "1"  # plain tracebacks in assertion messages
+    return env
+
+
+def as_local(command: list[str]) -> list[str]:
+    """The image runs `metaservice` and `python` from its venv; here they are this interpreter."""
+    if command[0] == "metaservice":
+        return [sys.executable, "-m", "metaservice", *command[1:]]
+    if command[0] == "python":
+        return [sys.executable, *command[1:]]
+    raise AssertionError(f"unexpected program {command[0]!r}")
+
+
+@pytest.fixture(name="deploy_url")
+def fx_deploy_url(admin_url: str, worker_id: str) -> Iterator[str]:
+    """An empty database of this test's own; the image's command migrates it."""
+    name = f"ms_deploy_{worker_id}"
+    yield support.fresh_database(admin_url, name)
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            (name,),
+        )
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+
+
+@pytest.fixture(name="served")
+def fx_served(tmp_path: Path, deploy_url: str) -> Iterator[tuple[int, dict[str, str]]]:
+    """The image's CMD with the image's layout and the compose environment (database and port swapped)."""
+    site = image_layout(tmp_path, with_migrations=True)
+    port = support.free_port()
+    env = run_environment(site, deploy_url, port)
+    log = tmp_path / "serve.log"
+    with open(log, "wb") as out:
+        process = subprocess.Popen(
+            as_local(image_command()), env=env, cwd=tmp_path, stdout=out, stderr=out, start_new_session=True
+        )
+
+    def ready() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"the image's command exited with {process.returncode}: {log.read_text()}")
+        try:
+            return httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        support.wait_until(ready, timeout=60, what="the image's command to serve")
+        yield port, env
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=20)
+
+
+def test_image_command_migrates_serves_and_requires_tokens(served: tuple[int, dict[str, str]], tmp_path: Path) -> None:
+    port, env = served
+    where = subprocess.run(
+        [sys.executable, "-c", "import metaservice; print(metaservice.__file__)"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert where.stdout.strip().startswith(str(tmp_path / "site-packages")), "ran the repository, not the layout"
+    base = f"http://127.0.0.1:{port}"
+    assert httpx.get(f"{base}/readyz").status_code == 200  # reachable and migrated: `serve` migrated first
+    health = subprocess.run(as_local(healthcheck_command()), env=env, cwd=tmp_path, capture_output=True, timeout=30)
+    assert health.returncode == 0, health.stderr
+    nobody = {**env, f"{PREFIX}PORT": str(support.free_port())}
+    down = subprocess.run(as_local(healthcheck_command()), env=nobody, cwd=tmp_path, capture_output=True, timeout=30)
+    assert down.returncode != 0  # the probe does fail when nothing answers
+    denied = httpx.post(f"{base}/register/source/enrich/lake/raw/orders")
+    assert denied.status_code == 401 and denied.json()["code"] == "unauthorized"
