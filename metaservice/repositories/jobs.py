@@ -15,7 +15,10 @@ async def get(session: AsyncSession, *, name: str) -> Job | None:
 
 async def lock(session: AsyncSession, *, name: str) -> Job | None:
     """Load a job and hold its row lock until the transaction ends (serializes one job's protocol steps)."""
-    return await session.scalar(select(Job).where(Job.name == name).with_for_update())
+    # populate_existing: a row loaded earlier in this session must not hide what the lock waited for
+    return await session.scalar(
+        select(Job).where(Job.name == name).with_for_update().execution_options(populate_existing=True)
+    )
 
 
 async def upsert_active(session: AsyncSession, *, name: str) -> Job:
