@@ -1,0 +1,138 @@
+"""`GET /lineage` depth 20 on a catalog of ~21,000 tables in three shapes, one connection, closed loop.
+
+- chains: 500 chains of 20 tables (10,000 tables), asked `both` ways around a table in the middle of one;
+- fan-out: one root read by 10,000 jobs, each writing its own table, asked `downstream` from the root, with
+  the default node cap (5,000: a `truncated` answer) and with the API's largest (20,000: still `truncated`,
+  the whole fan-out is 20,001 nodes);
+- lattice: 20 layers x 50 tables, each job reading two neighbours of the layer above, asked `upstream` from
+  a table of the last layer: a cone of 210 tables and 190 jobs, each reachable along many paths (diamonds).
+Every table has completed one barrier and every job has one committed run, so nodes carry real state.
+One client sends one request at a time for a fixed time (at least 3 requests: the biggest answers take
+seconds). The endpoint is recorded as "not available" when the route does not exist (404 without a problem
+code).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+
+from bench import cluster, load, seed
+from bench.context import Context
+from bench.report import Outcome, ms
+from bench.seed import JobSpec
+from bench.server import serving
+
+DEPTH = 20
+MAX_NODES = 20_000
+
+
+def _chains(chains: int, length: int) -> list[JobSpec]:
+    return [
+        JobSpec(f"lin-chain{c:04d}-p{p:02d}", (f"lin.chain{c:04d}.t{p - 1:02d}",), (f"lin.chain{c:04d}.t{p:02d}",))
+        for c in range(chains)
+        for p in range(1, length)
+    ]
+
+
+def _fan_out(width: int) -> list[JobSpec]:
+    return [JobSpec(f"lin-fan-{i:05d}", ("lin.fan.root",), (f"lin.fan.t{i:05d}",)) for i in range(width)]
+
+
+def _lattice(layers: int, width: int) -> list[JobSpec]:
+    return [
+        JobSpec(
+            f"lin-lat-{k:02d}-{i:02d}",
+            (f"lin.lat.l{k - 1:02d}_{i:02d}", f"lin.lat.l{k - 1:02d}_{(i + 1) % width:02d}"),
+            (f"lin.lat.l{k:02d}_{i:02d}",),
+        )
+        for k in range(1, layers)
+        for i in range(width)
+    ]
+
+
+def _explain(url: str, ids: dict[str, list[int]]) -> dict[str, list[str]]:
+    """Plans of the walk queries (one BFS level) and of the node-state query, from repositories/lineage.py."""
+    from metaservice.repositories import lineage as lineage_sql
+
+    plans: dict[str, list[str]] = {}
+    wanted = {
+        "_DOWNSTREAM (fan-out root, one level)": ("_DOWNSTREAM", {"ids": ids["fan_root"]}),
+        "_UPSTREAM (lattice, last layer)": ("_UPSTREAM", {"ids": ids["lattice_last"]}),
+        "_TABLE_STATES_OF (fan-out tables)": ("_TABLE_STATES_OF", {"ids": ids["fan_tables"]}),
+    }
+    for label, (name, params) in wanted.items():
+        statement = getattr(lineage_sql, name, None)
+        plans[label] = (
+            ["not available"] if statement is None else cluster.explain(url, cluster.psycopg_sql(statement), params)
+        )
+    return plans
+
+
+def run(ctx: Context) -> Outcome:
+    chains, fan, layers, width = ctx.pick((500, 10_000, 20, 50), (50, 1_000, 20, 10))
+    outcome = Outcome(
+        "lineage",
+        "GET /lineage depth 20: chains, a 1→10,000 fan-out and a 20x50 lattice",
+        {"chains": f"{chains}x20", "fan_out": fan, "lattice": f"{layers}x{width}", "depth": DEPTH, "connections": 1},
+    )
+    jobs = _chains(chains, 20) + _fan_out(fan) + _lattice(layers, width)
+    database = "bench_lineage"
+    url = ctx.cluster.fresh_database(database)
+    seed.register_rows(url, jobs)
+    seed.complete_once(url)
+    queries: dict[str, dict[str, str | int]] = {
+        "chain (both)": {"table": f"lin.chain{chains // 2:04d}.t10", "direction": "both"},
+        "fan-out (downstream, default node cap)": {"table": "lin.fan.root", "direction": "downstream"},
+        "fan-out (downstream, max_nodes 20,000)": {
+            "table": "lin.fan.root",
+            "direction": "downstream",
+            "max_nodes": MAX_NODES,
+        },
+        "lattice (upstream)": {"table": f"lin.lat.l{layers - 1:02d}_{width // 2:02d}", "direction": "upstream"},
+    }
+    results: dict[str, Any] = {}
+    with serving(url) as server:
+        for label, query in queries.items():
+            path = "/lineage?" + urlencode({**query, "depth": DEPTH})
+            probe = httpx.get(f"{server.base_url}{path}", timeout=120)
+            if probe.status_code == 404 and "code" not in probe.json():
+                results[label] = {"available": False}
+                outcome.row(f"{label} p99", "not available", goal="≤ 200 ms", passed=None)
+                continue
+            probe.raise_for_status()
+            graph = probe.json()
+            shape = {"nodes": len(graph["nodes"]), "edges": len(graph["edges"]), "truncated": graph["truncated"]}
+            result = load.sequential(f"{server.base_url}{path}", seconds=ctx.seconds)
+            results[label] = {"available": True, "query": query, "answer": shape, "bytes": len(probe.content)} | {
+                "load": result.as_json()
+            }
+            outcome.row(
+                f"{label} p99",
+                ms(result.p99_ms),
+                f"p50 {ms(result.p50_ms)}, {result.requests} req, {shape['nodes']:,} nodes",
+                goal="≤ 200 ms",
+                passed=result.p99_ms <= 200,
+            )
+    with cluster.connect(url) as conn:
+
+        def ids(where: str) -> list[int]:
+            return [int(r[0]) for r in conn.execute(f"SELECT id FROM tables WHERE {where}")]
+
+        table_ids = {
+            "fan_root": ids("name = 'lin.fan.root'"),
+            "fan_tables": ids("name LIKE 'lin.fan.%'"),
+            "lattice_last": ids(f"name LIKE 'lin.lat.l{layers - 1:02d}_%'"),
+        }
+    plans = _explain(url, table_ids)
+    outcome.figures = {
+        "queries": results,
+        "explain": plans,
+        "tables": len({t for j in jobs for t in (*j.sources, *j.sinks)}),
+    }
+    for label, lines in plans.items():
+        outcome.notes.append(f"EXPLAIN (ANALYZE, BUFFERS) {label}:\n  " + "\n  ".join(lines))
+    ctx.cluster.drop_database(database)
+    return outcome

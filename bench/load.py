@@ -1,0 +1,211 @@
+"""Load generation with `wrk` (C, epoll: not the bottleneck) and CPU accounting of every process involved.
+
+`wrk` runs `bench/wrk.lua`, which either repeats one request or plays one job per connection through the
+next → commit cycle, and prints its summary as JSON. While it runs, `CpuMeter` samples the CPU time of the
+server processes and the PostgreSQL backends, so each result says where the machine's two cores went.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+SCRIPT = Path(__file__).resolve().parent / "wrk.lua"
+_MARK = "WRK_JSON "
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """One wrk run: throughput, latency percentiles (ms), errors, and CPU seconds per process group."""
+
+    connections: int
+    seconds: float
+    requests: int
+    rps: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+    mean_ms: float
+    errors: dict[str, int]
+    cycles: int = 0
+    waits: int = 0
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> int:
+        return sum(self.errors.values())
+
+    def cpu_share(self) -> dict[str, float]:
+        """CPU used per group, in cores (CPU seconds / wall seconds)."""
+        return {k: round(v / self.seconds, 2) for k, v in self.cpu_seconds.items()}
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self) | {"cpu_cores": self.cpu_share()}
+
+
+def ensure_wrk() -> str:
+    """The path of `wrk`; installs the Debian package when it is missing and we may (root with apt-get)."""
+    found = shutil.which("wrk")
+    if found:
+        return found
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        print("bench: `wrk` is missing; installing it with `apt-get install -y wrk` ...", file=sys.stderr)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "wrk"], check=False, stdout=subprocess.DEVNULL)
+        found = shutil.which("wrk")
+        if found:
+            return found
+    raise SystemExit(
+        "bench: the load generator `wrk` is not installed and could not be installed here.\n"
+        "Install it (Debian/Ubuntu: `sudo apt-get install wrk`, macOS: `brew install wrk`) and run again."
+    )
+
+
+def run_wrk(
+    url: str,
+    script_args: Sequence[str],
+    *,
+    connections: int,
+    seconds: int,
+    threads: int | None = None,
+    meter: CpuMeter | None = None,
+) -> LoadResult:
+    """Run wrk against `url` for `seconds` with `connections` keep-alive connections; one request in flight each."""
+    threads = threads or min(connections, 2)
+    command = [
+        ensure_wrk(),
+        f"-t{threads}",
+        f"-c{connections}",
+        f"-d{seconds}s",
+        "--timeout",
+        "10s",
+        "-s",
+        str(SCRIPT),
+        url,
+        "--",
+        *script_args,
+    ]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if meter is not None:
+        meter.start()
+    done = subprocess.run(command, check=True, capture_output=True, text=True)
+    cpu = meter.stop() if meter is not None else {}
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu["wrk"] = round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 2)
+    if "machine" in cpu:
+        cpu["others"] = round(max(0.0, cpu["machine"] - sum(v for k, v in cpu.items() if k != "machine")), 2)
+    line = next((ln for ln in done.stdout.splitlines() if ln.startswith(_MARK)), None)
+    if line is None:
+        raise RuntimeError(f"wrk printed no summary:\n{done.stdout}\n{done.stderr}")
+    raw = json.loads(line[len(_MARK) :])
+    elapsed = raw["duration_us"] / 1e6
+    latency = raw["latency_us"]
+    return LoadResult(
+        connections=connections,
+        seconds=round(elapsed, 2),
+        requests=raw["requests"],
+        rps=round(raw["requests"] / elapsed, 1),
+        p50_ms=latency["p50"] / 1000,
+        p90_ms=latency["p90"] / 1000,
+        p99_ms=latency["p99"] / 1000,
+        max_ms=latency["max"] / 1000,
+        mean_ms=round(latency["mean"] / 1000, 3),
+        errors={k: v for k, v in raw["errors"].items() if v}
+        | ({"failures": raw["failures"]} if raw["failures"] else {}),
+        cycles=raw["cycles"],
+        waits=raw["waits"],
+        cpu_seconds=cpu,
+    )
+
+
+def sequential(url: str, *, seconds: float, min_requests: int = 3, max_requests: int = 1000) -> LoadResult:
+    """One client, one request at a time, for `seconds` (at least `min_requests`): latency of slow, large answers.
+
+    For answers of megabytes that take seconds, where a fixed-time wrk phase would complete too few requests.
+    """
+    latencies: list[float] = []
+    errors = 0
+    started = time.perf_counter()
+    with httpx.Client(timeout=120) as http:
+        while len(latencies) < max_requests and (
+            len(latencies) < min_requests or time.perf_counter() - started < seconds
+        ):
+            t0 = time.perf_counter()
+            response = http.get(url)
+            latencies.append((time.perf_counter() - t0) * 1000)
+            errors += response.status_code >= 400
+    elapsed = time.perf_counter() - started
+    cuts = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else latencies * 99
+    return LoadResult(
+        connections=1,
+        seconds=round(elapsed, 2),
+        requests=len(latencies),
+        rps=round(len(latencies) / elapsed, 1),
+        p50_ms=round(cuts[49], 3),
+        p90_ms=round(cuts[89], 3),
+        p99_ms=round(cuts[98], 3),
+        max_ms=round(max(latencies), 3),
+        mean_ms=round(statistics.fmean(latencies), 3),
+        errors={"status": errors} if errors else {},
+    )
+
+
+class CpuMeter:
+    """CPU seconds used between `start()` and `stop()` by named process trees (each root and its children).
+
+    `machine` is every core's busy time over the same interval, and `others` what processes outside the
+    named trees and wrk used: on a shared machine that is the noise the figures carry.
+    """
+
+    def __init__(self, roots: Mapping[str, int]) -> None:
+        self.roots = dict(roots)
+        self._start: dict[str, dict[int, float]] = {}
+        self._machine = 0.0
+
+    def _sample(self) -> dict[str, dict[int, float]]:
+        out: dict[str, dict[int, float]] = {}
+        for name, pid in self.roots.items():
+            times: dict[int, float] = {}
+            try:
+                root = psutil.Process(pid)
+                for proc in [root, *root.children(recursive=True)]:
+                    try:
+                        t = proc.cpu_times()
+                        times[proc.pid] = t.user + t.system
+                    except psutil.NoSuchProcess:
+                        continue
+            except psutil.NoSuchProcess:
+                pass
+            out[name] = times
+        return out
+
+    @staticmethod
+    def _busy() -> float:
+        t = psutil.cpu_times()
+        return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
+
+    def start(self) -> None:
+        self._start = self._sample()
+        self._machine = self._busy()
+
+    def stop(self) -> dict[str, float]:
+        end = self._sample()
+        used = {
+            name: round(sum(v - self._start.get(name, {}).get(pid, 0.0) for pid, v in times.items()), 2)
+            for name, times in end.items()
+        }
+        used["machine"] = round(self._busy() - self._machine, 2)
+        return used

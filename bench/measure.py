@@ -1,0 +1,81 @@
+"""One measured load phase against a running server: warm-up, wrk with CPU accounting, and exactly how many
+requests the server answered and how many SQL statements it ran for them (pg_stat_statements)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bench import cluster, load
+from bench.context import Context
+from bench.server import served, served_between
+from metaservice.process import ServerProcess, wait_until
+
+
+@dataclass(frozen=True)
+class Phase:
+    load: load.LoadResult
+    served: int  # requests the server answered in the phase, from its own counters (exact with one worker)
+    statements: cluster.StatementCount | None
+
+    @property
+    def statements_per_request(self) -> float | None:
+        if self.statements is None or not self.served:
+            return None
+        return self.statements.calls / self.served
+
+    def cpu_ms_per_request(self, group: str) -> float:
+        """CPU milliseconds `group` ("server", "postgres", "wrk") spent per request served."""
+        return 1000 * self.load.cpu_seconds.get(group, 0.0) / max(1, self.served)
+
+    def as_json(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "load": self.load.as_json(),
+            "served_requests": self.served,
+            "cpu_ms_per_request": {g: round(self.cpu_ms_per_request(g), 3) for g in ("server", "postgres", "wrk")},
+        }
+        if self.statements is not None:
+            served = max(1, self.served)
+            body["statements_per_request"] = round(self.statements_per_request or 0.0, 2)
+            body["statements"] = [
+                {"calls": calls, "per_request": round(calls / served, 2), "query": query}
+                for calls, query in self.statements.by_query[:25]
+            ]
+            body["nested_statements_per_request"] = round(self.statements.nested_calls / served, 2)
+            body["nested_statements"] = [
+                {"calls": calls, "per_request": round(calls / served, 2), "query": query}
+                for calls, query in self.statements.nested_by_query[:10]
+            ]
+        return body
+
+
+def drive(
+    ctx: Context,
+    server: ServerProcess,
+    *,
+    database: str,
+    path: str,
+    script_args: list[str],
+    connections: int,
+    threads: int | None = None,
+    count: bool = True,
+) -> Phase:
+    """Warm up, then run wrk for `ctx.seconds`; with `count`, also statements and served requests (one worker)."""
+    assert server.process is not None
+    url = f"{server.base_url}{path}"
+    load.run_wrk(url, script_args, connections=connections, seconds=ctx.warmup, threads=threads)
+
+    def quiet() -> bool:
+        return cluster.busy_backends(ctx.cluster, database) == 0
+
+    wait_until(quiet, timeout=30, what="the warm-up's requests to finish")
+    before = served(server.base_url) if count else {}
+    if count:
+        cluster.reset_statements(ctx.cluster)
+    meter = load.CpuMeter({"server": server.process.pid, "postgres": ctx.cluster.server.get_pid()})
+    result = load.run_wrk(url, script_args, connections=connections, seconds=ctx.seconds, threads=threads, meter=meter)
+    wait_until(quiet, timeout=30, what="the requests in flight to finish")
+    if not count:
+        return Phase(result, result.requests, None)
+    statements = cluster.count_statements(ctx.cluster, database)
+    return Phase(result, served_between(before, served(server.base_url)), statements)

@@ -1,0 +1,101 @@
+"""`POST /versions` strong for 10 tables on a big catalog against the same call on a 100-table service.
+
+Both catalogs are seeded with SQL (bench/seed.py `chains`): chains of 10 tables (a root and 9 jobs), every
+table with 100 snapshots spread over 100,000 issued barriers. The big one has 1,000 chains (10,000 tables,
+a million snapshot ranges), the small one 10 chains (100 tables). The call asks for the 10 tables of one
+chain, so its lineage component is those 10 tables on both services: only the catalog size differs.
+One connection, closed loop, for a fixed time: p50/p99 of single calls.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from bench import cluster, load, seed
+from bench.context import Context
+from bench.report import Outcome, ms
+from bench.server import serving
+from metaservice.repositories import snapshots as snapshot_sql
+
+LENGTH = 10
+SNAPSHOTS = 100
+
+
+def _measure(ctx: Context, *, database: str, chains: int, barrier_count: int) -> dict[str, Any]:
+    url = ctx.cluster.fresh_database(database)
+    seed.chains(url, chains=chains, length=LENGTH, snapshots=SNAPSHOTS, barrier_count=barrier_count)
+    tables = seed.chain_tables(chains // 2, LENGTH)
+    body = json.dumps({"tables": tables, "consistency": "strong"})
+    with serving(url) as server:
+        answer = httpx.post(
+            f"{server.base_url}/versions", content=body, headers={"Content-Type": "application/json"}, timeout=30
+        )
+        answer.raise_for_status()
+        result = load.run_wrk(
+            f"{server.base_url}/versions", ["static", "POST", body], connections=1, threads=1, seconds=ctx.seconds
+        )
+    with cluster.connect(url) as conn:
+        ids = [int(r[0]) for r in conn.execute("SELECT id FROM tables WHERE name = ANY(%s)", (tables,))]
+    barrier = int(answer.json()["barrier"])
+    plans = {
+        "covering": cluster.explain(
+            url, cluster.psycopg_sql(snapshot_sql._COVERING), {"table_ids": ids, "barrier": barrier}
+        ),
+        "last": cluster.explain(url, cluster.psycopg_sql(snapshot_sql._LAST), {"table_ids": ids}),
+    }
+    sizes = cluster.sizes(url, ["snapshot_ranges", "barriers"])
+    ctx.cluster.drop_database(database)
+    return {
+        "tables": chains * LENGTH,
+        "snapshot_ranges": chains * LENGTH * SNAPSHOTS,
+        "barriers": barrier_count,
+        "answer": answer.json(),
+        "load": result.as_json(),
+        "explain": plans,
+        "sizes_bytes": sizes,
+    }
+
+
+def run(ctx: Context) -> Outcome:
+    chains = ctx.pick(1000, 100)
+    barrier_count = ctx.pick(100_000, 10_000)
+    outcome = Outcome(
+        "versions",
+        "POST /versions strong, 10 tables: big catalog vs 100-table service",
+        {
+            "big_tables": chains * LENGTH,
+            "small_tables": 10 * LENGTH,
+            "snapshots_per_table": SNAPSHOTS,
+            "barriers": barrier_count,
+            "requested_tables": LENGTH,
+            "connections": 1,
+            "seconds": ctx.seconds,
+        },
+    )
+    small = _measure(ctx, database="bench_versions_small", chains=10, barrier_count=barrier_count)
+    big = _measure(ctx, database="bench_versions_big", chains=chains, barrier_count=barrier_count)
+    outcome.figures = {"big": big, "small": small}
+    b, s = big["load"], small["load"]
+    ratio = b["p99_ms"] / s["p99_ms"]
+    outcome.row(
+        f"p50, {big['tables']:,} tables", ms(b["p50_ms"]), f"100 tables {ms(s['p50_ms'])}", b["p50_ms"] / s["p50_ms"]
+    )
+    outcome.row(
+        f"p99, {big['tables']:,} tables",
+        ms(b["p99_ms"]),
+        f"100 tables {ms(s['p99_ms'])}",
+        ratio,
+        "≤ 10 ms, ≤ 2x",
+        b["p99_ms"] <= 10 and ratio <= 2,
+    )
+    outcome.row("requests measured (big / small)", f"{b['requests']:,} / {s['requests']:,}")
+    for name, lines in big["explain"].items():
+        timing = next((ln for ln in lines if ln.startswith("Execution Time")), "")
+        outcome.notes.append(
+            f"EXPLAIN (ANALYZE, BUFFERS) of _{name.upper()} on {big['tables']:,} tables ({timing}):\n  "
+            + "\n  ".join(lines)
+        )
+    return outcome

@@ -1,0 +1,30 @@
+"""Scale-out on one machine: the next + commit cycle with 2 uvicorn workers against 1, and the no-op endpoint."""
+
+from __future__ import annotations
+
+from bench import cycle
+from bench.context import Context
+from bench.report import Outcome, ms, rps
+
+
+def run(ctx: Context) -> Outcome:
+    outcome = Outcome(
+        "workers",
+        "2 uvicorn workers vs 1 on the next + commit cycle (100 jobs)",
+        {"jobs": cycle.JOBS, "connections": cycle.JOBS, "seconds": ctx.seconds, "workers": [1, 2]},
+    )
+    noop1, one = cycle.measure(ctx, workers=1, database="bench_workers1", count=False)
+    noop2, two = cycle.measure(ctx, workers=2, database="bench_workers2", count=False)
+    outcome.figures = {
+        "w1": {"noop": noop1.as_json(), "cycle": one.as_json()},
+        "w2": {"noop": noop2.as_json(), "cycle": two.as_json()},
+    }
+    scale = two.load.rps / one.load.rps
+    noop_scale = noop2.load.rps / noop1.load.rps
+    outcome.row("cycle req/s, 2 workers vs 1", rps(two.load.rps), rps(one.load.rps), scale, "≥ 1.5", scale >= 1.5)
+    outcome.row("cycle p99, 2 workers", ms(two.load.p99_ms), f"1 worker {ms(one.load.p99_ms)}")
+    outcome.row("no-op req/s, 2 workers vs 1", rps(noop2.load.rps), rps(noop1.load.rps), noop_scale)
+    outcome.notes.append(
+        f"CPU cores used by the cycle: 1 worker {one.load.cpu_share()}; 2 workers {two.load.cpu_share()}."
+    )
+    return outcome

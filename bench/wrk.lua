@@ -1,0 +1,87 @@
+-- wrk script for the MetaService benchmarks. Arguments after `--`:
+--   static <METHOD> [BODY]              the same request on every connection (body sent as JSON)
+--   cycle <JOB_PREFIX> <ROOT_PREFIX> <SINK_PREFIX>
+--       one job per thread (run with as many threads as connections): POST next with the job's root at a
+--       new snapshot; on "process" commit the barrier with the sink at that snapshot; repeat.
+-- done() prints one line "WRK_JSON {...}" with the summary, latency percentiles (µs) and cycle counts.
+
+local threads = {}
+local counter = 0
+
+function setup(thread)
+  thread:set("index", counter)
+  counter = counter + 1
+  table.insert(threads, thread)
+end
+
+function init(args)
+  mode = args[1]
+  wrk.headers["Content-Type"] = "application/json"
+  cycles, waits, failures = 0, 0, 0
+  if mode == "static" then
+    wrk.method = args[2]
+    if args[3] ~= nil and args[3] ~= "" then
+      wrk.body = args[3]
+    end
+    static = wrk.format()
+  else
+    job = args[2] .. index
+    root = args[3] .. index
+    sink = args[4] .. index
+    state, snapshot, barrier = "next", 1, nil
+  end
+end
+
+function request()
+  if mode == "static" then
+    return static
+  end
+  if state == "next" then
+    return wrk.format("POST", "/jobs/" .. job .. "/barriers/next", nil,
+      '{"root_snapshots":{"' .. root .. '":' .. snapshot .. '}}')
+  end
+  return wrk.format("POST", "/jobs/" .. job .. "/barriers/" .. barrier .. "/commit", nil,
+    '{"snapshots":{"' .. sink .. '":' .. snapshot .. '}}')
+end
+
+function response(status, headers, body)
+  if mode == "static" then
+    return
+  end
+  if status ~= 200 then
+    failures = failures + 1
+    state = "next"  -- asking again is always safe: an in-flight barrier is offered again
+    return
+  end
+  if state == "next" then
+    if body:match('"action":"(%a+)"') == "process" then
+      barrier = body:match('"barrier":(%d+)')
+      state = "commit"
+    else
+      waits = waits + 1
+    end
+  else
+    cycles = cycles + 1
+    snapshot = snapshot + 1
+    state = "next"
+  end
+end
+
+function done(summary, latency, requests)
+  local total_cycles, total_waits, total_failures = 0, 0, 0
+  for _, thread in ipairs(threads) do
+    total_cycles = total_cycles + (thread:get("cycles") or 0)
+    total_waits = total_waits + (thread:get("waits") or 0)
+    total_failures = total_failures + (thread:get("failures") or 0)
+  end
+  local e = summary.errors
+  io.write(string.format(
+    'WRK_JSON {"requests":%d,"duration_us":%d,"bytes":%d,' ..
+    '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d},' ..
+    '"latency_us":{"p50":%d,"p90":%d,"p99":%d,"max":%d,"mean":%.1f},' ..
+    '"cycles":%d,"waits":%d,"failures":%d}\n',
+    summary.requests, summary.duration, summary.bytes,
+    e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max, latency.mean,
+    total_cycles, total_waits, total_failures))
+end
