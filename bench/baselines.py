@@ -23,6 +23,10 @@ BARRIER_SCRIPT = Path(__file__).resolve().parent / "barrier_update.sql"
 CLIENTS = (1, 8, 32)
 
 
+def _clients(n: int) -> str:
+    return f"{n} client" if n == 1 else f"{n} clients"
+
+
 def _pgbench(ctx: Context, database: str, args: list[str]) -> dict[str, float]:
     out = ctx.cluster.pgbench(database, ["-n", "-j", "2", "-T", str(int(ctx.seconds)), *args])
     tps = re.search(r"tps = ([\d.]+)", out)
@@ -44,11 +48,11 @@ def run(ctx: Context) -> Outcome:
     for clients in CLIENTS:
         figures = _pgbench(ctx, database, ["-f", str(BARRIER_SCRIPT), "-c", str(clients)])
         pgbench[f"barrier_update_c{clients}"] = figures
-        outcome.row(f"pgbench barrier UPDATE, {clients} clients", f"{figures['tps']:,.0f} tps")
+        outcome.row(f"pgbench barrier UPDATE, {_clients(clients)}", f"{figures['tps']:,.0f} tps")
     for clients in (1, 32):
         figures = _pgbench(ctx, database, ["-S", "-c", str(clients)])
         pgbench[f"select_only_c{clients}"] = figures
-        outcome.row(f"pgbench select-only, {clients} clients", f"{figures['tps']:,.0f} tps")
+        outcome.row(f"pgbench select-only, {_clients(clients)}", f"{figures['tps']:,.0f} tps")
     outcome.figures["pgbench"] = pgbench
 
     with serving(url) as server:

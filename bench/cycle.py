@@ -8,6 +8,8 @@ the job commits its sink at that snapshot and starts over. Requests/s count both
 
 from __future__ import annotations
 
+import time
+
 from bench import seed
 from bench.context import Context
 from bench.measure import Phase, drive
@@ -18,7 +20,8 @@ JOBS = 100
 
 
 def cycle_args() -> list[str]:
-    return ["cycle", seed.JOB_PREFIX, seed.ROOT_PREFIX, seed.SINK_PREFIX]
+    """wrk.lua arguments; snapshots start at the current time in ms, above those of any earlier phase."""
+    return ["cycle", seed.JOB_PREFIX, seed.ROOT_PREFIX, seed.SINK_PREFIX, str(time.time_ns() // 1_000_000)]
 
 
 def measure(ctx: Context, *, workers: int, database: str, count: bool = True) -> tuple[Phase, Phase]:
@@ -43,7 +46,7 @@ def measure(ctx: Context, *, workers: int, database: str, count: bool = True) ->
             connections=JOBS,
             threads=JOBS,
             path="/",
-            script_args=cycle_args(),
+            script_args=cycle_args,
             count=count,
         )
     return noop, cycle
@@ -65,6 +68,11 @@ def run(ctx: Context) -> Outcome:
     outcome.row("request p99", ms(c.p99_ms), f"no-op {ms(n.p99_ms)}", goal="≤ 100 ms", passed=c.p99_ms <= 100)
     per_request = cycle.statements_per_request or 0.0
     outcome.row("SQL statements per request", f"{per_request:.1f}", f"{cycle.served} requests")
+    outcome.row(
+        "CPU per request: server / postgres",
+        f"{cycle.cpu_ms_per_request('server'):.2f} / {cycle.cpu_ms_per_request('postgres'):.2f} ms",
+        f"no-op {noop.cpu_ms_per_request('server'):.2f} / {noop.cpu_ms_per_request('postgres'):.2f} ms",
+    )
     outcome.row("errors (non-2xx, socket)", str(c.failed))
     outcome.notes.append(f"CPU cores used during the cycle: {c.cpu_share()}.")
     if cycle.statements:

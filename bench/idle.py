@@ -5,7 +5,11 @@ processes one barrier with data; then 3,600 barriers are issued through `POST /b
 no root changes. After every 600 barriers the jobs call `next` (they idle through the barriers), except in 20
 chains: in 10 no job calls `next` for the whole hour, in 10 others only j3 does not. At the end each lagging
 j3 asks `next` once, 3,600 barriers behind (for the first 10 its idle upstream is settled in the same call).
-Database and table sizes are read before and after the hour.
+Database and table sizes are read before and after the hour, and again after a plain VACUUM: the burst
+compresses an hour into a minute, during which autovacuum (1-minute naptime) has had no chance to prune the
+dead row versions of the updated rows (barrier clock, job runs, ranges) nor to truncate pages that 16
+concurrent inserters pre-extended; in a real hour it would run many times. Both figures are reported; the goal
+is judged on the second.
 """
 
 from __future__ import annotations
@@ -147,14 +151,19 @@ def run(ctx: Context) -> Outcome:
         before = cluster.sizes(url, TABLES)
         simulated = asyncio.run(_simulate(server.base_url, barrier_count=barrier_count, rounds=rounds))
         after = cluster.sizes(url, TABLES)
+        with cluster.connect(url) as conn:
+            conn.execute("VACUUM")  # what autovacuum (1-minute naptime) does many times in a real hour
+        vacuumed = cluster.sizes(url, TABLES)
         behind_all = _lagging_next(server.base_url, LAGGING_CHAINS)
         behind_last = _lagging_next(server.base_url, LAGGING_LAST_JOB)
     with cluster.connect(url) as conn:
         rows = {t: int(conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0]) for t in TABLES}  # type: ignore[index]
-    growth = {k: after[k] - before[k] for k in before}
+    growth = {k: vacuumed[k] - before[k] for k in before}
     outcome.figures = {
         "sizes_before": before,
         "sizes_after": after,
+        "sizes_after_vacuum": vacuumed,
+        "growth_bytes_before_vacuum": {k: after[k] - before[k] for k in before},
         "growth_bytes": growth,
         "rows_after": rows,
         "simulation": simulated,
@@ -163,14 +172,19 @@ def run(ctx: Context) -> Outcome:
     }
     worst = max(x["ms"] for x in behind_all + behind_last)
     outcome.row(
-        f"database growth over {barrier_count:,} barriers",
+        f"database growth over {barrier_count:,} barriers, right after",
+        mib(after["database"] - before["database"]),
+        f"{mib(before['database'])} before",
+    )
+    outcome.row(
+        "database growth, after a plain VACUUM",
         mib(growth["database"]),
-        mib(before["database"]),
+        f"{mib(before['database'])} before",
         goal="< 1 MB",
         passed=growth["database"] < 1_000_000,
     )
-    for table in ("barriers", "snapshot_ranges", "job_runs"):
-        outcome.row(f"  {table} growth", mib(growth[table]), f"{rows[table]:,} rows after")
+    for table in ("barriers", "snapshot_ranges", "job_runs", "barrier_clock"):
+        outcome.row(f"  {table} growth, after VACUUM", mib(growth[table]), f"{rows[table]:,} rows")
     outcome.row(
         f"next, {barrier_count:,} behind (chain idle: settles upstream)",
         f"max {ms(max(x['ms'] for x in behind_all))}",

@@ -3,6 +3,7 @@ requests the server answered and how many SQL statements it ran for them (pg_sta
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,15 +56,22 @@ def drive(
     *,
     database: str,
     path: str,
-    script_args: list[str],
+    script_args: list[str] | Callable[[], list[str]],
     connections: int,
     threads: int | None = None,
     count: bool = True,
 ) -> Phase:
-    """Warm up, then run wrk for `ctx.seconds`; with `count`, also statements and served requests (one worker)."""
+    """Warm up, then run wrk for `ctx.seconds`; with `count`, also statements and served requests (one worker).
+
+    `script_args` may be a callable: it is called once per wrk run (the cycle needs fresh snapshot ids).
+    """
     assert server.process is not None
     url = f"{server.base_url}{path}"
-    load.run_wrk(url, script_args, connections=connections, seconds=ctx.warmup, threads=threads)
+
+    def args() -> list[str]:
+        return script_args() if callable(script_args) else script_args
+
+    load.run_wrk(url, args(), connections=connections, seconds=ctx.warmup, threads=threads)
 
     def quiet() -> bool:
         return cluster.busy_backends(ctx.cluster, database) == 0
@@ -73,7 +81,7 @@ def drive(
     if count:
         cluster.reset_statements(ctx.cluster)
     meter = load.CpuMeter({"server": server.process.pid, "postgres": ctx.cluster.server.get_pid()})
-    result = load.run_wrk(url, script_args, connections=connections, seconds=ctx.seconds, threads=threads, meter=meter)
+    result = load.run_wrk(url, args(), connections=connections, seconds=ctx.seconds, threads=threads, meter=meter)
     wait_until(quiet, timeout=30, what="the requests in flight to finish")
     if not count:
         return Phase(result, result.requests, None)

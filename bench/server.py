@@ -43,4 +43,4 @@ def served(base_url: str) -> dict[tuple[str, str, str], float]:
 
 def served_between(before: Mapping[tuple[str, str, str], float], after: Mapping[tuple[str, str, str], float]) -> int:
     """How many requests (excluding the metrics scrapes themselves) were served between two scrapes."""
-    return int(sum(v - before.get(k, 0.0) for k, v in after.items() if k[1] not in ("/metrics", "/readyz", "/healthz")))
+    return int(sum(v - before.get(k, 0.0) for k, v in after.items() if k[1] != "/metrics"))

@@ -1,8 +1,9 @@
 -- wrk script for the MetaService benchmarks. Arguments after `--`:
 --   static <METHOD> [BODY]              the same request on every connection (body sent as JSON)
---   cycle <JOB_PREFIX> <ROOT_PREFIX> <SINK_PREFIX>
+--   cycle <JOB_PREFIX> <ROOT_PREFIX> <SINK_PREFIX> <FIRST_SNAPSHOT>
 --       one job per thread (run with as many threads as connections): POST next with the job's root at a
---       new snapshot; on "process" commit the barrier with the sink at that snapshot; repeat.
+--       new snapshot; on "process" commit the barrier with the sink at that snapshot; repeat. Snapshots
+--       start at FIRST_SNAPSHOT, which must exceed every snapshot of an earlier run on the same database.
 -- done() prints one line "WRK_JSON {...}" with the summary, latency percentiles (µs) and cycle counts.
 
 local threads = {}
@@ -28,7 +29,7 @@ function init(args)
     job = args[2] .. index
     root = args[3] .. index
     sink = args[4] .. index
-    state, snapshot, barrier = "next", 1, nil
+    state, snapshot, barrier = "next", tonumber(args[5]), nil
   end
 end
 
