@@ -92,9 +92,8 @@ def run(ctx: Context) -> Outcome:
         f"no-op {noop.cpu_ms_per_request('server'):.2f} / {noop.cpu_ms_per_request('postgres'):.2f} ms",
     )
     outcome.row("errors (non-2xx, socket)", str(b.failed), passed=None)
-    outcome.notes.append(
-        f"CPU cores used during POST /barriers: {b.cpu_share()} (wrk's own share shows it is not the limit)."
-    )
+    outcome.notes.append(f"CPU cores used during POST /barriers: {b.cpu_share()}.")
+    outcome.notes.append(f"server's database connections during POST /barriers (mean count): {subject.backends}.")
     if subject.statements:
         top = "; ".join(f"{c / max(1, subject.served):.2f}x {q[:90]}" for c, q in subject.statements.by_query[:8])
         outcome.notes.append(f"statements per POST /barriers: {top}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -144,6 +145,54 @@ def count_statements(cluster: Cluster, database: str) -> StatementCount:
     top = [(int(calls), str(query)[:300]) for toplevel, calls, query in rows if toplevel]
     nested = [(int(calls), str(query)[:300]) for toplevel, calls, query in rows if not toplevel]
     return StatementCount(sum(c for c, _ in top), top, sum(c for c, _ in nested), nested)
+
+
+class ActivitySampler:
+    """Samples what the server's connections are doing, every `interval` seconds, in a background thread.
+
+    Each backend of the database is counted, per sample, as: `lock wait` (blocked on a row or transaction
+    lock), `commit/IO wait`, `executing`, `in transaction, waiting for the server` (idle in transaction: the
+    server process is between two statements of an open transaction) or `idle in pool`. `averages()` gives
+    the mean number of backends in each state: where the requests' time goes on the database side.
+    """
+
+    _QUERY = """
+        SELECT CASE
+                 WHEN state = 'active' AND wait_event_type = 'Lock' THEN 'lock wait'
+                 WHEN state = 'active' AND wait_event_type IN ('IO', 'IPC') THEN 'commit/IO wait'
+                 WHEN state = 'active' THEN 'executing'
+                 WHEN state LIKE 'idle in transaction%%' THEN 'in transaction, waiting for the server'
+                 ELSE 'idle in pool'
+               END, count(*)
+          FROM pg_stat_activity
+         WHERE datname = %s AND backend_type = 'client backend'
+         GROUP BY 1
+    """
+
+    def __init__(self, cluster: Cluster, database: str, *, interval: float = 0.05) -> None:
+        self.cluster, self.database, self.interval = cluster, database, interval
+        self.totals: dict[str, int] = {}
+        self.samples = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with connect(self.cluster.url()) as conn:
+            while not self._stop.wait(self.interval):
+                for state, n in conn.execute(self._QUERY, (self.database,)).fetchall():
+                    self.totals[state] = self.totals.get(state, 0) + int(n)
+                self.samples += 1
+
+    def __enter__(self) -> ActivitySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def averages(self) -> dict[str, float]:
+        return {k: round(v / max(1, self.samples), 2) for k, v in sorted(self.totals.items())}
 
 
 def busy_backends(cluster: Cluster, database: str) -> int:

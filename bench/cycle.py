@@ -75,6 +75,7 @@ def run(ctx: Context) -> Outcome:
     )
     outcome.row("errors (non-2xx, socket)", str(c.failed))
     outcome.notes.append(f"CPU cores used during the cycle: {c.cpu_share()}.")
+    outcome.notes.append(f"server's database connections during the cycle (mean count): {cycle.backends}.")
     if cycle.statements:
         top = "; ".join(f"{n_ / max(1, cycle.served):.2f}x {q[:80]}" for n_, q in cycle.statements.by_query[:12])
         outcome.notes.append(f"statements per cycle request: {top}")

@@ -18,6 +18,7 @@ class Phase:
     load: load.LoadResult
     served: int  # requests the server answered in the phase, from its own counters (exact with one worker)
     statements: cluster.StatementCount | None
+    backends: dict[str, float]  # mean number of the server's database connections in each state
 
     @property
     def statements_per_request(self) -> float | None:
@@ -33,6 +34,7 @@ class Phase:
         body: dict[str, Any] = {
             "load": self.load.as_json(),
             "served_requests": self.served,
+            "database_connections_by_state": self.backends,
             "cpu_ms_per_request": {g: round(self.cpu_ms_per_request(g), 3) for g in ("server", "postgres", "wrk")},
         }
         if self.statements is not None:
@@ -81,9 +83,10 @@ def drive(
     if count:
         cluster.reset_statements(ctx.cluster)
     meter = load.CpuMeter({"server": server.process.pid, "postgres": ctx.cluster.server.get_pid()})
-    result = load.run_wrk(url, args(), connections=connections, seconds=ctx.seconds, threads=threads, meter=meter)
+    with cluster.ActivitySampler(ctx.cluster, database) as activity:
+        result = load.run_wrk(url, args(), connections=connections, seconds=ctx.seconds, threads=threads, meter=meter)
     wait_until(quiet, timeout=30, what="the requests in flight to finish")
     if not count:
-        return Phase(result, result.requests, None)
+        return Phase(result, result.requests, None, activity.averages())
     statements = cluster.count_statements(ctx.cluster, database)
-    return Phase(result, served_between(before, served(server.base_url)), statements)
+    return Phase(result, served_between(before, served(server.base_url)), statements, activity.averages())

@@ -34,8 +34,15 @@ def _measure(ctx: Context, *, database: str, chains: int, barrier_count: int) ->
             f"{server.base_url}/versions", content=body, headers={"Content-Type": "application/json"}, timeout=30
         )
         answer.raise_for_status()
+        assert server.process is not None
+        meter = load.CpuMeter({"server": server.process.pid, "postgres": ctx.cluster.server.get_pid()})
         result = load.run_wrk(
-            f"{server.base_url}/versions", ["static", "POST", body], connections=1, threads=1, seconds=ctx.seconds
+            f"{server.base_url}/versions",
+            ["static", "POST", body],
+            connections=1,
+            threads=1,
+            seconds=ctx.seconds,
+            meter=meter,
         )
     with cluster.connect(url) as conn:
         ids = [int(r[0]) for r in conn.execute("SELECT id FROM tables WHERE name = ANY(%s)", (tables,))]
@@ -92,6 +99,11 @@ def run(ctx: Context) -> Outcome:
         b["p99_ms"] <= 10 and ratio <= 2,
     )
     outcome.row("requests measured (big / small)", f"{b['requests']:,} / {s['requests']:,}")
+    outcome.row("p90 (big / small)", f"{ms(b['p90_ms'])} / {ms(s['p90_ms'])}")
+    outcome.notes.append(
+        f"CPU cores used while measuring: big {b['cpu_cores']}, small {s['cpu_cores']} "
+        "('others': processes outside the benchmark)."
+    )
     for name, lines in big["explain"].items():
         timing = next((ln for ln in lines if ln.startswith("Execution Time")), "")
         outcome.notes.append(

@@ -27,4 +27,7 @@ def run(ctx: Context) -> Outcome:
     outcome.notes.append(
         f"CPU cores used by the cycle: 1 worker {one.load.cpu_share()}; 2 workers {two.load.cpu_share()}."
     )
+    outcome.notes.append(
+        f"database connections by state (mean count): 1 worker {one.backends}; 2 workers {two.backends}."
+    )
     return outcome
