@@ -23,14 +23,20 @@ JOBS = 100
 
 
 def transaction_script() -> str:
-    """The server's barrier transaction as a pgbench script (allocate, `\\gset` the barrier, seal)."""
+    """The server's barrier allocation as a pgbench script: the same one autocommit call the server makes."""
     from metaservice.repositories import barriers as barrier_sql
-    from metaservice.repositories import snapshots as snapshot_sql
 
-    allocate = barrier_sql._ALLOCATE.text.replace(":issued_by", "'pgbench'").strip()
-    seal = snapshot_sql._SEAL.text.strip()
+    call = (
+        barrier_sql._ISSUE.text.strip()
+        .replace(":issued_by", "'pgbench'")
+        .replace(":request_key", "NULL")
+        .replace(":root_ids", "'{}'")
+        .replace(":root_snapshots", "'{}'")
+        .replace(":when_unsealed", "NULL")
+        .replace(":min_interval", "0")
+    )
     path = WORK_DIR / "barrier_transaction.sql"
-    path.write_text(f"BEGIN ISOLATION LEVEL READ COMMITTED READ WRITE;\n{allocate} \\gset\n{seal};\nCOMMIT;\n")
+    path.write_text(" ".join(call.split()) + ";\n")
     path.chmod(0o644)
     return str(path)
 

@@ -23,7 +23,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
     engine = make_engine(settings)
     app.state.engine = engine
     try:
-        yield {"sessions": make_sessionmaker(engine)}
+        yield {"sessions": make_sessionmaker(engine, settings)}
     finally:
         await engine.dispose()
 

@@ -128,7 +128,7 @@ def _run_with_session(database_url: str | None, data_dir: Path | None, work: Any
     async def main() -> Any:
         engine = make_engine(settings.model_copy(update={"database_url": url}), application_name="metaservice-cli")
         try:
-            async with make_sessionmaker(engine)() as session:
+            async with make_sessionmaker(engine, settings)() as session:
                 return await work(session)
         finally:
             await engine.dispose()

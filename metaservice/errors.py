@@ -113,6 +113,20 @@ class Unavailable(MetaServiceError):
         super().__init__(detail, headers={"Retry-After": str(retry_after)}, retry_after_seconds=retry_after, **extra)
 
 
+class OutcomeUnknown(MetaServiceError):
+    """The database connection was lost after a write was sent: it may or may not have committed.
+
+    504 (the database is the upstream that did not answer), never 503, whose meaning here is "nothing
+    happened". Idempotent calls may simply be repeated; `POST /barriers` is safe to repeat with the same
+    `Idempotency-Key`.
+    """
+
+    status, code, title = 504, "outcome_unknown", "Outcome unknown"
+
+    def __init__(self, detail: str, *, retry_after: int = 1, **extra: Any) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after)}, retry_after_seconds=retry_after, **extra)
+
+
 def problem(
     request: Request,
     *,

@@ -36,6 +36,13 @@ class Settings(BaseSettings):
     connect_timeout: float = Field(default=5.0, gt=0)
     statement_timeout_ms: int = Field(default=10_000, ge=0)
     lock_timeout_ms: int = Field(default=5_000, ge=0)
+    transaction_deadline_seconds: float | None = Field(
+        default=None,
+        gt=0,
+        description="Longest one database transaction may take, waiting for a connection included; past it the "
+        "request gets 503 (or 504 during a commit). Default: pool timeout + connect timeout + statement timeout "
+        "+ 1 s. Bounds requests when the database stops answering without closing connections.",
+    )
     max_body_bytes: int = Field(default=1_048_576, ge=1024, description="Larger request bodies get 413.")
     retry_after_seconds: int = Field(default=1, ge=1, description="Retry-After sent with 503 answers.")
     auth_enabled: bool = Field(
@@ -44,6 +51,12 @@ class Settings(BaseSettings):
     insecure: bool = Field(default=False, description="Allow serving without auth on a non-loopback address.")
     log_json: bool = False
     log_level: str = "info"
+
+    def transaction_deadline(self) -> float:
+        """Seconds one transaction may take (see `transaction_deadline_seconds`)."""
+        if self.transaction_deadline_seconds is not None:
+            return self.transaction_deadline_seconds
+        return self.pool_timeout + self.connect_timeout + self.statement_timeout_ms / 1000 + 1.0
 
     def sqlalchemy_url(self) -> str:
         """The configured URL with the psycopg 3 async driver selected."""

@@ -9,6 +9,7 @@ import importlib.metadata
 import logging
 import os
 import time
+import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal, NoReturn, Self
@@ -129,11 +130,11 @@ class MetaServiceClient:
 
     Idempotency. Every protocol call (register, unregister, next, commit, abort, report_snapshot, version(s),
     reads, renew/release lease, complete rollback) is idempotent by protocol: repeating it after a lost answer
-    returns the first answer, so it is retried on every transient failure. Three calls are not
-    idempotent: `issue_barrier`, `create_lease` and `plan_rollback`. They are retried only when the request
-    provably had no effect (connection refused or connect timeout, pool timeout, 503, 429). When the outcome
-    is unknown (read timeout, connection dropped after sending, 502 or 504 from a gateway) they raise
-    `OutcomeUnknown` instead of risking a second barrier, lease or plan (pyiceberg's CommitStateUnknown).
+    returns the first answer, so it is retried on every transient failure; `issue_barrier` is made idempotent
+    by an `Idempotency-Key` header. Two calls are not idempotent: `create_lease` and `plan_rollback`. They are
+    retried only when the request provably had no effect (connection refused or connect timeout, pool timeout,
+    503, 429). When the outcome is unknown (read timeout, connection dropped after sending, 502 or 504) they
+    raise `OutcomeUnknown` instead of risking a second lease or plan (pyiceberg's CommitStateUnknown).
 
     Errors. Error answers are RFC 9457 problem documents and become `MetaServiceError` subclasses
     (`NotFound`, `Conflict` and its per-code subclasses, `InvalidRequest`, ...) carrying `status`, `code`,
@@ -331,23 +332,29 @@ class MetaServiceClient:
         body = {"reason": reason} if reason is not None else {}
         self._call("POST", f"/jobs/{_segment(job_id)}/barriers/{int(barrier)}/abort", json=body)
 
-    def issue_barrier(self, root_snapshots: Mapping[str, int] | None = None) -> IssuedBarrier:
-        """Issue a global barrier now, sealing the newest snapshot of every root table. Not idempotent.
+    def issue_barrier(
+        self, root_snapshots: Mapping[str, int] | None = None, *, idempotency_key: str | None = None
+    ) -> IssuedBarrier:
+        """Issue a global barrier now, sealing the newest snapshot of every root table.
+
+        Each call sends an `Idempotency-Key` (a new UUID unless given), so the client retries it like any
+        idempotent call: a repeat after a lost answer returns the barrier the first attempt issued. Pass your
+        own key to make a call repeatable across processes (an orchestrator restarting a task).
 
         Args:
             root_snapshots: newest snapshots of root tables that the server may not know yet.
+            idempotency_key: 1-255 visible ASCII characters identifying this call.
 
         Returns:
             The barrier, when it was issued and what it sealed.
 
-        Raises:
-            OutcomeUnknown: the request may have issued a barrier, but no answer came back.
-
         Example:
             issued = client.issue_barrier({"lake.raw.orders": 12})
+            again = client.issue_barrier(idempotency_key="load-2026-11-23")  # same key: same barrier
         """
         body = {"root_snapshots": dict(root_snapshots or {})}
-        return IssuedBarrier.from_json(self._object("POST", "/barriers", json=body, idempotent=False))
+        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        return IssuedBarrier.from_json(self._object("POST", "/barriers", json=body, headers=headers))
 
     def report_snapshot(self, table: str, snapshot_id: int, *, committed_at: datetime | None = None) -> None:
         """Report a new snapshot of a root table, written outside MetaService; the next barrier seals it.

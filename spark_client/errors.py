@@ -277,7 +277,7 @@ class ServerError(MetaServiceError):
 class OutcomeUnknown(MetaServiceError):
     """A call that is not idempotent may or may not have taken effect, so it was not retried.
 
-    Raised by `issue_barrier`, `create_lease` and `plan_rollback` when the request may have reached the server
+    Raised by `create_lease` and `plan_rollback` when the request may have reached the server
     but no answer came back (read timeout, connection dropped after sending, 502, 504). Check the server's
     state before calling again (pyiceberg's CommitStateUnknown).
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, status
+from fastapi import APIRouter, Body, Header, status
 
 from metaservice.api.deps import (
     BarrierPath,
@@ -76,12 +76,31 @@ async def abort_barrier(
     )
 
 
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=255,
+        pattern=r"^[\x21-\x7e]+$",
+        description="Any unique string (a UUID) per call; repeating the call with the same key returns the first "
+        "call's barrier instead of issuing another, so a call whose answer was lost can be retried safely.",
+    ),
+]
+
+
 @router.post("/barriers", status_code=status.HTTP_201_CREATED, responses=problems(404, 409))
 async def issue_barrier(
-    session: SessionDep, body: Annotated[IssueBarrierRequest | None, Body()] = None
+    session: SessionDep,
+    body: Annotated[IssueBarrierRequest | None, Body()] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> IssuedBarrier:
-    """Issue a global barrier now, sealing the newest snapshot of every root table."""
-    return await barrier_service.issue_barrier(session, root_snapshots=body.root_snapshots if body else {})
+    """Issue a global barrier now, sealing the newest snapshot of every root table.
+
+    Not idempotent unless an `Idempotency-Key` is sent: then a repeat returns the same answer."""
+    return await barrier_service.issue_barrier(
+        session, root_snapshots=body.root_snapshots if body else {}, request_key=idempotency_key
+    )
 
 
 @router.get("/barriers", responses=problems())

@@ -10,7 +10,7 @@ _PROBLEM = {"model": Problem, "content": {"application/problem+json": {}}}
 
 
 def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """The `responses=` mapping for the given error statuses (413, 422 and 503 are always possible)."""
+    """The `responses=` mapping for the given error statuses (413, 422, 503 and 504 are always possible)."""
     descriptions = {
         401: "Missing or bad token",
         403: "Outside the token's role or scope",
@@ -18,6 +18,7 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
         409: "The request breaks a protocol rule (see `code`)",
         413: "Request body too large",
         422: "Invalid request (names, JSON, types)",
-        503: "Database unavailable; retry after `Retry-After` seconds",
+        503: "Database unavailable, nothing was changed; retry after `Retry-After` seconds",
+        504: "Database connection lost while writing: the outcome is unknown (code `outcome_unknown`)",
     }
-    return {s: {**_PROBLEM, "description": descriptions[s]} for s in sorted({*statuses, 413, 422, 503})}
+    return {s: {**_PROBLEM, "description": descriptions[s]} for s in sorted({*statuses, 413, 422, 503, 504})}

@@ -24,6 +24,9 @@ def make_engine(settings: Settings, *, application_name: str = "metaservice") ->
     )
 
 
-def make_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    """Sessions that keep loaded attributes after commit (responses are built after the transaction ends)."""
-    return async_sessionmaker(engine, expire_on_commit=False)
+def make_sessionmaker(engine: AsyncEngine, settings: Settings) -> async_sessionmaker[AsyncSession]:
+    """Sessions that keep loaded attributes after commit (responses are built after the transaction ends).
+
+    Each carries the deadline that bounds one transaction (`in_transaction`), in `session.info`.
+    """
+    return async_sessionmaker(engine, expire_on_commit=False, info={"deadline": settings.transaction_deadline()})

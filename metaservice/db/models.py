@@ -1,7 +1,8 @@
 """The schema. Invariants live here as constraints so that no code path can store an illegal state.
 
 Invariants (also in docs/design.md):
-- one row in `barrier_clock`; barriers are allocated by a single UPDATE on it, so they are unique and increasing;
+- one row in `barrier_clock`; barriers are allocated under its row lock (function `metaservice_issue_barrier`,
+  migration 2026-11-23-1000), so they are unique and increasing; an idempotency key issues at most one barrier;
 - a table has at most one sink edge (partial unique index) and a job never reads and writes one table (PK);
 - `snapshot_ranges` keep, per table, which snapshot holds for which inclusive range of barriers
   (`last_barrier` NULL = open: holds through the newest barrier, used for root tables); `snapshot_id` NULL marks
@@ -65,10 +66,16 @@ class Barrier(Base):
     """A global timestamp barrier (µs since the epoch) and when it was issued."""
 
     __tablename__ = "barriers"
+    __table_args__ = (
+        CheckConstraint("char_length(request_key) BETWEEN 1 AND 255", name="request_key_length"),
+        Index("uq_barriers_request_key", "request_key", unique=True, postgresql_where=text("request_key IS NOT NULL")),
+    )
 
     barrier: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
     issued_at: Mapped[datetime] = mapped_column(server_default=func.now())
     issued_by: Mapped[str | None] = mapped_column(Text)
+    # The client's Idempotency-Key of the POST /barriers call that issued it: a repeat returns this barrier.
+    request_key: Mapped[str | None] = mapped_column(Text)
 
 
 class Table(Base):

@@ -2,41 +2,71 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import NamedTuple
 
-from sqlalchemy import func, select, text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import bindparam, func, select, text
+from sqlalchemy.dialects.postgresql import ARRAY, BIGINT
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from metaservice.db.models import Barrier, BarrierClock
 
-# One statement: bump the single clock row to max(previous + 1, now in µs) and record the barrier.
-# The row lock on barrier_clock serializes allocations across every server process.
-_ALLOCATE = text(
+# Report root snapshots, issue a barrier and seal it, as one call: see the migration that defines the function
+# (2026-11-23-1000) for why allocation lives in the database. Autocommit callers hold the clock lock only
+# while PostgreSQL runs it.
+_ISSUE = text(
     """
-    WITH next AS (
-        UPDATE barrier_clock
-           SET last_barrier = GREATEST(last_barrier + 1,
-                                       (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)
-         WHERE id = 1
-     RETURNING last_barrier
-    )
-    INSERT INTO barriers (barrier, issued_at, issued_by)
-    SELECT last_barrier, clock_timestamp(), :issued_by FROM next
-    RETURNING barrier, issued_at
+    SELECT barrier, issued_at, replayed, sealed, wait_seconds
+      FROM metaservice_issue_barrier(:issued_by, :request_key, :root_ids, :root_snapshots, :when_unsealed,
+                                     :min_interval)
     """
+).bindparams(
+    bindparam("root_ids", type_=ARRAY(BIGINT)),
+    bindparam("root_snapshots", type_=ARRAY(BIGINT)),
+    bindparam("when_unsealed", type_=ARRAY(BIGINT)),
 )
 
 
-class IssuedBarrier(NamedTuple):
-    barrier: int
-    issued_at: datetime
+class Issued(NamedTuple):
+    """What one allocation call did: a barrier (new, or `replayed` for a repeated key) or a wait."""
+
+    barrier: int | None
+    issued_at: datetime | None
+    replayed: bool
+    sealed: dict[str, int]  # table name → snapshot id newly sealed by the barrier
+    wait_seconds: float | None  # throttled: the newest barrier is younger than the minimum interval
 
 
-async def allocate(session: AsyncSession, *, issued_by: str | None) -> IssuedBarrier:
-    """Issue the next barrier (strictly greater than every earlier one) within the caller's transaction."""
-    row = (await session.execute(_ALLOCATE, {"issued_by": issued_by})).one()
-    return IssuedBarrier(int(row.barrier), row.issued_at)
+async def issue(
+    connection: AsyncConnection | AsyncSession,
+    *,
+    issued_by: str | None,
+    request_key: str | None = None,
+    root_snapshots: Mapping[int, int] | None = None,
+    when_unsealed: Sequence[int] | None = None,
+    min_interval: float = 0.0,
+) -> Issued | None:
+    """Report `root_snapshots` ({table id: snapshot}), then issue the next barrier, strictly greater than every
+    earlier one. None: `when_unsealed` named tables with nothing new to seal, so nothing was issued."""
+    roots = sorted((root_snapshots or {}).items())
+    result = await connection.execute(
+        _ISSUE,
+        {
+            "issued_by": issued_by,
+            "request_key": request_key,
+            "root_ids": [t for t, _ in roots],
+            "root_snapshots": [snap for _, snap in roots],
+            "when_unsealed": None if when_unsealed is None else list(when_unsealed),
+            "min_interval": float(min_interval),
+        },
+    )
+    row = result.one_or_none()
+    if row is None:
+        return None
+    sealed = {str(k): int(v) for k, v in (row.sealed or {}).items()}
+    barrier = None if row.barrier is None else int(row.barrier)
+    return Issued(barrier, row.issued_at, bool(row.replayed), sealed, row.wait_seconds)
 
 
 async def lock_clock(session: AsyncSession) -> int:

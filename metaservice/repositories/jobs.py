@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from sqlalchemy import func, select, update
+from typing import NamedTuple
+
+from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from metaservice.db.models import Job
 
@@ -54,3 +56,38 @@ async def list_all(session: AsyncSession, *, limit: int, after_name: str | None 
     if after_name is not None:
         query = query.where(Job.name > after_name)
     return list(await session.scalars(query))
+
+
+class IssueContext(NamedTuple):
+    """What `next` needs to know, before the job's transaction, to decide whether to issue a barrier."""
+
+    is_active: bool
+    in_flight: bool
+    unsealed_sources: bool  # a root input has a snapshot that no barrier sealed yet (read without locks)
+    source_ids: list[int]
+
+
+_ISSUE_CONTEXT = text(
+    """
+    SELECT j.is_active,
+           EXISTS (SELECT 1 FROM job_runs r WHERE r.job_id = j.id AND r.status = 'in_flight') AS in_flight,
+           EXISTS (SELECT 1 FROM lineage_edges s
+                     JOIN tables t ON t.id = s.table_id
+                     LEFT JOIN snapshot_ranges r ON r.table_id = t.id AND r.last_barrier IS NULL
+                    WHERE s.job_id = j.id AND s.role = 'source' AND t.latest_snapshot_id IS NOT NULL
+                      AND NOT EXISTS (SELECT 1 FROM lineage_edges w WHERE w.table_id = t.id AND w.role = 'sink')
+                      AND (r.id IS NULL OR r.snapshot_id IS DISTINCT FROM t.latest_snapshot_id)
+                  ) AS unsealed_sources,
+           ARRAY(SELECT s.table_id FROM lineage_edges s WHERE s.job_id = j.id AND s.role = 'source') AS source_ids
+      FROM jobs j
+     WHERE j.name = :name
+    """
+)
+
+
+async def issue_context(connection: AsyncConnection | AsyncSession, *, name: str) -> IssueContext | None:
+    """The job's state for barrier issuing, in one round trip; None when the job is not registered."""
+    row = (await connection.execute(_ISSUE_CONTEXT, {"name": name})).one_or_none()
+    if row is None:
+        return None
+    return IssueContext(bool(row.is_active), bool(row.in_flight), bool(row.unsealed_sources), list(row.source_ids))

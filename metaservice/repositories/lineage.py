@@ -1,13 +1,17 @@
 """SQL for admin insight: lineage walks, table freshness, critical-path steps and metric figures.
 
-Walks are breadth-first with one query per level (the caller keeps the visited sets), so diamond lattices cost
-one row per edge, never one per path. Every function takes and returns ids; names are resolved in batches.
+A lineage walk is one recursive statement that returns every link within the depth (the caller replays the
+breadth-first walk with its visited sets and node cap), so diamond lattices cost one row per edge and level, never
+one per path. The graph's node states come back as plain rows in a few set-based statements, already in answer
+order; thousands of ids are sent as one array literal. Every function takes and returns ids; names are resolved in
+batches.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, NamedTuple
 
 from sqlalchemy import bindparam, text
@@ -15,13 +19,6 @@ from sqlalchemy.dialects.postgresql import ARRAY, BIGINT
 from sqlalchemy.ext.asyncio import AsyncSession
 
 _IDS = ARRAY(BIGINT)
-
-
-class Link(NamedTuple):
-    """A job reached by one walk step and the table on its far side (None: the job has none)."""
-
-    job_id: int
-    table_id: int | None
 
 
 class EdgeRow(NamedTuple):
@@ -43,12 +40,23 @@ class TableState(NamedTuple):
     issued_at: datetime | None
 
 
-class JobState(NamedTuple):
+class JobNodeRow(NamedTuple):
+    """A job of a lineage graph with one of its newest non-idle runs (run fields None: it has none).
+
+    `lag` is the issue time of the newest barrier minus that of the job's last barrier, in seconds.
+    """
+
     id: int
     name: str
     is_active: bool
     last_barrier: int | None
-    lag_seconds: float | None
+    lag: Decimal | None
+    first_barrier: int | None
+    barrier: int | None
+    status: str | None
+    inputs_ready_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
 
 
 class RunRow(NamedTuple):
@@ -82,31 +90,6 @@ class JobFigures(NamedTuple):
     last_waiting_seconds: float | None
 
 
-_DOWNSTREAM = text(
-    """
-    SELECT DISTINCT src.job_id, dst.table_id
-      FROM lineage_edges src
-      LEFT JOIN lineage_edges dst ON dst.job_id = src.job_id AND dst.role = 'sink'
-     WHERE src.role = 'source' AND src.table_id = ANY(:ids)
-    """
-).bindparams(bindparam("ids", type_=_IDS))
-
-_UPSTREAM = text(
-    """
-    SELECT DISTINCT dst.job_id, src.table_id
-      FROM lineage_edges dst
-      LEFT JOIN lineage_edges src ON src.job_id = dst.job_id AND src.role = 'source'
-     WHERE dst.role = 'sink' AND dst.table_id = ANY(:ids)
-    """
-).bindparams(bindparam("ids", type_=_IDS))
-
-_EDGES_AMONG = text(
-    """
-    SELECT job_id, table_id, role FROM lineage_edges
-     WHERE job_id = ANY(:job_ids) AND table_id = ANY(:table_ids)
-    """
-).bindparams(bindparam("job_ids", type_=_IDS), bindparam("table_ids", type_=_IDS))
-
 # Newest range holding a snapshot; an open range (roots) holds through the newest barrier issued.
 _TABLE_STATES = """
     WITH head AS (SELECT max(barrier) AS barrier FROM barriers)
@@ -126,28 +109,81 @@ _TABLE_STATES = """
     """
 _TABLE_STATES_OF = text(_TABLE_STATES + " WHERE t.id = ANY(:ids)").bindparams(bindparam("ids", type_=_IDS))
 _ALL_TABLE_STATES = text(_TABLE_STATES)
+# Graph nodes come back in answer order: by name, in code point order like Python's sort (C collation).
+_TABLE_NODES_OF = text(_TABLE_STATES + ' WHERE t.id = ANY(CAST(:ids AS bigint[])) ORDER BY t.name COLLATE "C"')
+_ALL_TABLE_NODES = text(_TABLE_STATES + ' ORDER BY t.name COLLATE "C"')
 
-_JOB_STATES = text(
+# Every link a breadth-first walk from :start may take within :depth job hops: the tables within :depth - 1 hops
+# (per direction; `UNION` keeps one row per table and level, so a lattice costs one row per table and level,
+# never one per path), each with the jobs reading (downstream) or writing (upstream) it and the tables on those
+# jobs' far side (NULL: none). OFFSET 0 keeps each step an index lookup: the planner cannot size a recursion.
+_WALK = text(
+    """
+    WITH RECURSIVE
+    down(table_id, level) AS (
+        SELECT CAST(:start AS bigint), 0 WHERE :down AND :depth > 0
+        UNION
+        SELECT far.table_id, down.level + 1
+          FROM down
+          CROSS JOIN LATERAL (
+                SELECT dst.table_id
+                  FROM lineage_edges src
+                  JOIN lineage_edges dst ON dst.job_id = src.job_id AND dst.role = 'sink'
+                 WHERE src.table_id = down.table_id AND src.role = 'source'
+                OFFSET 0) far
+         WHERE down.level + 1 < :depth
+    ),
+    up(table_id, level) AS (
+        SELECT CAST(:start AS bigint), 0 WHERE :up AND :depth > 0
+        UNION
+        SELECT near.table_id, up.level + 1
+          FROM up
+          CROSS JOIN LATERAL (
+                SELECT src.table_id
+                  FROM lineage_edges dst
+                  JOIN lineage_edges src ON src.job_id = dst.job_id AND src.role = 'source'
+                 WHERE dst.table_id = up.table_id AND dst.role = 'sink'
+                OFFSET 0) near
+         WHERE up.level + 1 < :depth
+    )
+    SELECT false AS upstream, src.table_id AS near, src.job_id, dst.table_id AS far
+      FROM (SELECT DISTINCT table_id FROM down) d
+      JOIN lineage_edges src ON src.table_id = d.table_id AND src.role = 'source'
+      LEFT JOIN lineage_edges dst ON dst.job_id = src.job_id AND dst.role = 'sink'
+    UNION ALL
+    SELECT true, dst.table_id, dst.job_id, src.table_id
+      FROM (SELECT DISTINCT table_id FROM up) u
+      JOIN lineage_edges dst ON dst.table_id = u.table_id AND dst.role = 'sink'
+      LEFT JOIN lineage_edges src ON src.job_id = dst.job_id AND src.role = 'source'
+    """
+)
+
+_EDGES_AMONG = text(
+    """
+    SELECT job_id, table_id, role FROM lineage_edges
+     WHERE job_id = ANY(CAST(:job_ids AS bigint[])) AND table_id = ANY(CAST(:table_ids AS bigint[]))
+     ORDER BY role COLLATE "C", table_id, job_id
+    """
+)
+_ALL_EDGES = text('SELECT job_id, table_id, role FROM lineage_edges ORDER BY role COLLATE "C", table_id, job_id')
+
+# Jobs by name, each with its newest runs that did something (idle stretches carry no timings), newest first.
+_JOB_NODES = text(
     """
     SELECT j.id, j.name, j.is_active, j.last_barrier,
-           extract(epoch FROM (SELECT issued_at FROM barriers ORDER BY barrier DESC LIMIT 1) - b.issued_at) AS lag
+           extract(epoch FROM (SELECT issued_at FROM barriers ORDER BY barrier DESC LIMIT 1) - b.issued_at) AS lag,
+           r.first_barrier, r.barrier, r.status, r.inputs_ready_at, r.started_at, r.finished_at
       FROM jobs j
       LEFT JOIN barriers b ON b.barrier = j.last_barrier
-     WHERE j.id = ANY(:ids)
-    """
-).bindparams(bindparam("ids", type_=_IDS))
-
-# The newest runs of each job that did something (idle stretches carry no timings).
-_RECENT_RUNS = text(
-    """
-    SELECT r.job_id, r.first_barrier, r.barrier, r.status, r.inputs_ready_at, r.started_at, r.finished_at
-      FROM unnest(:ids) AS j(id)
-      JOIN LATERAL (
-            SELECT * FROM job_runs x WHERE x.job_id = j.id AND x.status <> 'idle'
+      LEFT JOIN LATERAL (
+            SELECT x.first_barrier, x.barrier, x.status, x.inputs_ready_at, x.started_at, x.finished_at
+              FROM job_runs x
+             WHERE x.job_id = j.id AND x.status <> 'idle'
              ORDER BY x.first_barrier DESC LIMIT :per_job) r ON true
-     ORDER BY r.job_id, r.first_barrier DESC
+     WHERE j.id = ANY(CAST(:ids AS bigint[]))
+     ORDER BY j.name COLLATE "C", r.first_barrier DESC
     """
-).bindparams(bindparam("ids", type_=_IDS))
+)
 
 # For each (table, barrier): the range holding the table's state there and the run of that range's job
 # covering the barrier, with the input names the run recorded (idle runs record none).
@@ -211,33 +247,55 @@ async def db_now(session: AsyncSession) -> datetime:
     return value
 
 
-async def downstream_links(session: AsyncSession, *, table_ids: Sequence[int]) -> list[Link]:
-    """Jobs reading any of `table_ids`, each with every table it writes: one level of a downstream walk."""
-    rows = await session.execute(_DOWNSTREAM, {"ids": list(table_ids)})
-    return [Link(int(r[0]), None if r[1] is None else int(r[1])) for r in rows]
+def id_array(ids: Iterable[int]) -> str:
+    """A `bigint[]` literal for `CAST(:ids AS bigint[])`: thousands of ids are dumped in one join, not one Python
+    call per element as a list parameter would be."""
+    return "{" + ",".join(map(str, ids)) + "}"
 
 
-async def upstream_links(session: AsyncSession, *, table_ids: Sequence[int]) -> list[Link]:
-    """Writers of any of `table_ids`, each with every table it reads: one level of an upstream walk."""
-    rows = await session.execute(_UPSTREAM, {"ids": list(table_ids)})
-    return [Link(int(r[0]), None if r[1] is None else int(r[1])) for r in rows]
+async def walk(
+    session: AsyncSession, *, start: int, depth: int, upstream: bool, downstream: bool
+) -> list[tuple[bool, int, int, int | None]]:
+    """Every link a breadth-first walk from `start` may take within `depth` job hops, per direction asked:
+    (upstream?, near table, job reading it downstream or writing it upstream, table on the job's far side or None).
+    """
+    result = await (await session.connection()).execute(
+        _WALK, {"start": start, "depth": depth, "up": upstream, "down": downstream}
+    )
+    return [(r[0], r[1], r[2], r[3]) for r in result]
 
 
-async def edges_among(session: AsyncSession, *, job_ids: Sequence[int], table_ids: Sequence[int]) -> list[EdgeRow]:
-    """Current edges whose job and table are both in the given sets."""
-    if not job_ids or not table_ids:
-        return []
-    rows = await session.execute(_EDGES_AMONG, {"job_ids": list(job_ids), "table_ids": list(table_ids)})
-    return [EdgeRow(int(r[0]), int(r[1]), str(r[2])) for r in rows]
+async def edges_among(session: AsyncSession, *, job_ids: Iterable[int], table_ids: Iterable[int]) -> list[EdgeRow]:
+    """Current edges whose job and table are both in the given sets, by role, table and job."""
+    params = {"job_ids": id_array(job_ids), "table_ids": id_array(table_ids)}
+    result = await (await session.connection()).execute(_EDGES_AMONG, params)
+    return [EdgeRow._make(r) for r in result]
 
 
 async def all_edges(session: AsyncSession) -> list[EdgeRow]:
-    rows = await session.execute(text("SELECT job_id, table_id, role FROM lineage_edges"))
-    return [EdgeRow(int(r[0]), int(r[1]), str(r[2])) for r in rows]
+    """Every current edge, by role, table and job."""
+    return [EdgeRow._make(r) for r in await (await session.connection()).execute(_ALL_EDGES)]
 
 
 async def all_table_ids(session: AsyncSession) -> list[int]:
     return [int(t) for t in await session.scalars(text("SELECT id FROM tables ORDER BY name"))]
+
+
+async def table_nodes(session: AsyncSession, *, table_ids: Iterable[int] | None) -> list[TableState]:
+    """The tables (all when `table_ids` is None) with their newest complete barrier and snapshot, by name."""
+    connection = await session.connection()
+    if table_ids is None:
+        result = await connection.execute(_ALL_TABLE_NODES)
+    else:
+        result = await connection.execute(_TABLE_NODES_OF, {"ids": id_array(table_ids)})
+    return [TableState._make(r) for r in result]
+
+
+async def job_nodes(session: AsyncSession, *, job_ids: Iterable[int], per_job: int) -> list[JobNodeRow]:
+    """The jobs by name, each with up to `per_job` newest non-idle runs (newest first; one row per run, or one
+    row with empty run fields for a job without any)."""
+    result = await (await session.connection()).execute(_JOB_NODES, {"ids": id_array(job_ids), "per_job": per_job})
+    return [JobNodeRow._make(r) for r in result]
 
 
 async def table_ids_by_name(session: AsyncSession, *, names: Sequence[str]) -> dict[str, int]:
@@ -285,34 +343,6 @@ async def table_states(session: AsyncSession, *, table_ids: Sequence[int] | None
     else:
         rows = await session.execute(_TABLE_STATES_OF, {"ids": list(table_ids)})
     return [_table_state(r) for r in rows]
-
-
-async def job_states(session: AsyncSession, *, job_ids: Sequence[int]) -> list[JobState]:
-    """Jobs with their last barrier and how far (seconds of barrier issue time) it lies behind the newest one."""
-    rows = await session.execute(_JOB_STATES, {"ids": list(job_ids)})
-    return [
-        JobState(int(r.id), str(r.name), bool(r.is_active), r.last_barrier, None if r.lag is None else float(r.lag))
-        for r in rows
-    ]
-
-
-async def recent_runs(session: AsyncSession, *, job_ids: Sequence[int], per_job: int) -> dict[int, list[RunRow]]:
-    """Up to `per_job` newest non-idle runs of each job, newest first."""
-    rows = await session.execute(_RECENT_RUNS, {"ids": list(job_ids), "per_job": per_job})
-    out: dict[int, list[RunRow]] = {}
-    for r in rows:
-        out.setdefault(int(r.job_id), []).append(
-            RunRow(
-                int(r.job_id),
-                int(r.first_barrier),
-                int(r.barrier),
-                str(r.status),
-                r.inputs_ready_at,
-                r.started_at,
-                r.finished_at,
-            )
-        )
-    return out
 
 
 async def steps_at(session: AsyncSession, *, pairs: Sequence[tuple[int, int]]) -> list[Step]:

@@ -32,41 +32,6 @@ _LAST = text(
     """
 ).bindparams(bindparam("table_ids", type_=ARRAY(BIGINT)))
 
-# Seal the newest barrier: every root table whose newest known snapshot differs from its open range gets a
-# new open range starting at :barrier; the previous open range is closed at the barrier before it.
-_SEAL = text(
-    """
-    WITH changed AS (
-        SELECT t.id, t.latest_snapshot_id, r.id AS open_id
-          FROM tables t
-          LEFT JOIN snapshot_ranges r ON r.table_id = t.id AND r.last_barrier IS NULL
-         WHERE t.latest_snapshot_id IS NOT NULL
-           AND NOT EXISTS (SELECT 1 FROM lineage_edges e WHERE e.table_id = t.id AND e.role = 'sink')
-           AND (r.id IS NULL OR r.snapshot_id IS DISTINCT FROM t.latest_snapshot_id)
-    ), closed AS (
-        UPDATE snapshot_ranges r
-           SET last_barrier = (SELECT max(barrier) FROM barriers WHERE barrier < :barrier), updated_at = now()
-          FROM changed c
-         WHERE r.id = c.open_id
-     RETURNING r.table_id
-    )
-    INSERT INTO snapshot_ranges (table_id, first_barrier, last_barrier, snapshot_id, kind)
-    SELECT c.id, :barrier, NULL, c.latest_snapshot_id, 'sealed' FROM changed c
-    RETURNING table_id, snapshot_id
-    """
-)
-
-_UNSEALED = text(
-    """
-    SELECT t.id FROM tables t
-      LEFT JOIN snapshot_ranges r ON r.table_id = t.id AND r.last_barrier IS NULL
-     WHERE t.id = ANY(:table_ids) AND t.latest_snapshot_id IS NOT NULL
-       AND NOT EXISTS (SELECT 1 FROM lineage_edges e WHERE e.table_id = t.id AND e.role = 'sink')
-       AND (r.id IS NULL OR r.snapshot_id IS DISTINCT FROM t.latest_snapshot_id)
-    """
-).bindparams(bindparam("table_ids", type_=ARRAY(BIGINT)))
-
-
 async def _load(session: AsyncSession, pairs: Sequence[tuple[int, int]]) -> dict[int, SnapshotRange]:
     if not pairs:
         return {}
@@ -148,18 +113,6 @@ async def close_open(session: AsyncSession, *, table_id: int, through: int) -> N
         .values(last_barrier=through, updated_at=func.now())
         .execution_options(synchronize_session=False)
     )
-
-
-async def seal(session: AsyncSession, *, barrier: int) -> dict[int, int]:
-    """Seal `barrier` for every root table with a new snapshot; returns {table_id: snapshot_id} newly sealed."""
-    result = await session.execute(_SEAL, {"barrier": barrier})
-    return {int(r.table_id): int(r.snapshot_id) for r in result}
-
-
-async def unsealed_roots(session: AsyncSession, *, table_ids: Sequence[int]) -> list[int]:
-    """Those of `table_ids` that are roots with a known snapshot not sealed by the newest barrier yet."""
-    result = await session.scalars(_UNSEALED, {"table_ids": list(table_ids)})
-    return [int(t) for t in result]
 
 
 async def history(

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import func, select, update
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import Text, bindparam, func, select, text, update
+from sqlalchemy.dialects.postgresql import ARRAY, insert
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from metaservice.db.models import Edge, Table
 
@@ -66,3 +66,20 @@ async def root_ids(session: AsyncSession, *, ids: Sequence[int]) -> set[int]:
     writers = select(Edge.table_id).where(Edge.role == "sink", Edge.table_id.in_(list(ids)))
     written = set(await session.scalars(writers))
     return set(ids) - written
+
+
+_ROOTS_BY_NAME = text(
+    """
+    SELECT t.name, t.id, NOT EXISTS (SELECT 1 FROM lineage_edges e WHERE e.table_id = t.id AND e.role = 'sink')
+      FROM tables t
+     WHERE t.name = ANY (:names)
+    """
+).bindparams(bindparam("names", type_=ARRAY(Text)))
+
+
+async def roots_by_name(
+    connection: AsyncConnection | AsyncSession, *, names: Sequence[str]
+) -> dict[str, tuple[int, bool]]:
+    """{name: (table id, is a root)} for those of `names` that are registered, in one round trip."""
+    result = await connection.execute(_ROOTS_BY_NAME, {"names": list(names)})
+    return {str(name): (int(table_id), bool(is_root)) for name, table_id, is_root in result}

@@ -12,14 +12,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from metaservice import failpoints
 from metaservice.db.models import Job, JobRun, SnapshotRange
-from metaservice.db.transaction import in_transaction
+from metaservice.db.transaction import in_autocommit, in_transaction
 from metaservice.errors import (
     AlreadyCommitted,
     InvalidRequest,
@@ -46,16 +46,34 @@ MAX_STEPS_PER_CALL = 1000
 
 
 async def issue_barrier(
-    session: AsyncSession, *, root_snapshots: Mapping[str, int], issued_by: str | None = "api"
+    session: AsyncSession,
+    *,
+    root_snapshots: Mapping[str, int],
+    request_key: str | None = None,
+    issued_by: str | None = "api",
 ) -> IssuedBarrier:
-    """Issue a barrier now, sealing every root table's newest known snapshot."""
+    """Issue a barrier now, sealing every root table's newest known snapshot (after `root_snapshots`).
 
-    async def work(s: AsyncSession) -> IssuedBarrier:
-        await _report_roots(s, root_snapshots)
-        issued, sealed = await _allocate_and_seal(s, issued_by=issued_by)
-        return IssuedBarrier(barrier=issued.barrier, issued_at=issued.issued_at, sealed=sealed)
+    One autocommit statement (see `barrier_rows.issue`). With `request_key`, a repeated call returns the first
+    call's barrier instead of issuing another.
+    """
+    roots = await in_autocommit(session, lambda c: _root_ids(c, root_snapshots), writes=False) if root_snapshots else {}
 
-    return await in_transaction(session, work)
+    async def allocate(c: AsyncConnection) -> barrier_rows.Issued | None:
+        issued = await barrier_rows.issue(
+            c,
+            issued_by=issued_by,
+            request_key=request_key,
+            root_snapshots={roots[name]: snap for name, snap in root_snapshots.items()},
+        )
+        failpoints.hit("barrier_allocated")
+        return issued
+
+    issued = await in_autocommit(session, allocate)
+    assert issued is not None and issued.barrier is not None and issued.issued_at is not None
+    if not issued.replayed:
+        logger.info("issued barrier %d sealing %d root snapshot(s)", issued.barrier, len(issued.sealed))
+    return IssuedBarrier(barrier=issued.barrier, issued_at=issued.issued_at, sealed=issued.sealed)
 
 
 async def report_snapshot(session: AsyncSession, *, table: str, snapshot_id: int, committed_at: datetime | None) -> int:
@@ -80,24 +98,67 @@ async def report_snapshot(session: AsyncSession, *, table: str, snapshot_id: int
 async def next_barrier(
     session: AsyncSession, *, job_id: str, root_snapshots: Mapping[str, int], min_interval: float
 ) -> BarrierDecision:
-    """Decide the job's next step. Idempotent: an in-flight barrier is offered again, with the same inputs."""
+    """Decide the job's next step. Idempotent: an in-flight barrier is offered again, with the same inputs.
+
+    Two steps. First, outside the job's transaction, report the root snapshots and issue a barrier if one of
+    the job's root inputs has a snapshot no barrier sealed yet (one autocommit statement, so the global clock
+    lock is never held while the job is planned). Then, under the job's row lock, plan. A crash between the
+    two leaves a barrier that the next call plans: barriers may be issued at any time by anyone.
+    """
+    retry_after = await _issue_for_job(session, job_id=job_id, root_snapshots=root_snapshots, min_interval=min_interval)
 
     async def work(s: AsyncSession) -> BarrierDecision:
         job = await _locked_job(s, job_id)
         await job_rows.touch(s, job_id=job.id)
-        await _report_roots(s, root_snapshots)
         run = await run_rows.in_flight(s, job_id=job.id)
         if run is not None:
             return _process(job.name, run)
         sources = await edge_rows.tables_of(s, job_id=job.id, role="source")
         sinks = await edge_rows.tables_of(s, job_id=job.id, role="sink")
-        retry_after = await _maybe_issue(s, job=job, sources=sources, min_interval=min_interval)
         decision = await _Planner(s, job, sources, sinks).decide()
         if decision.action != "process" and retry_after is not None:
             decision.retry_after_seconds = retry_after
         return decision
 
     return await in_transaction(session, work)
+
+
+async def _issue_for_job(
+    session: AsyncSession, *, job_id: str, root_snapshots: Mapping[str, int], min_interval: float
+) -> float | None:
+    """Report the job's root snapshots and issue the barrier that seals them, when needed. Returns the seconds to
+    wait when throttled by `min_interval`. An unknown or inactive job is left to the planning step to refuse."""
+
+    async def look(c: AsyncConnection) -> tuple[job_rows.IssueContext | None, dict[str, int]]:
+        context = await job_rows.issue_context(c, name=job_id)
+        if context is None or not context.is_active:
+            return None, {}
+        return context, (await _root_ids(c, root_snapshots) if root_snapshots else {})
+
+    context, roots = await in_autocommit(session, look, writes=False)
+    if context is None or not (roots or (context.unsealed_sources and not context.in_flight)):
+        return None
+
+    async def allocate(c: AsyncConnection) -> barrier_rows.Issued | None:
+        issued = await barrier_rows.issue(
+            c,
+            issued_by=f"job:{job_id}",
+            root_snapshots={roots[name]: snap for name, snap in root_snapshots.items()},
+            # a job with a barrier in flight only reports: it is offered that barrier again
+            when_unsealed=[] if context.in_flight else context.source_ids,
+            min_interval=min_interval,
+        )
+        if issued is not None and issued.barrier is not None:
+            failpoints.hit("barrier_allocated")
+        return issued
+
+    issued = await in_autocommit(session, allocate)
+    if issued is None:
+        return None
+    if issued.barrier is not None:
+        logger.info("issued barrier %d sealing %d root snapshot(s)", issued.barrier, len(issued.sealed))
+        return None
+    return None if issued.wait_seconds is None else round(max(0.0, issued.wait_seconds), 3)
 
 
 async def commit_barrier(
@@ -191,48 +252,16 @@ async def _locked_job(s: AsyncSession, job_id: str, *, allow_inactive: bool = Fa
     return job
 
 
-async def _report_roots(s: AsyncSession, root_snapshots: Mapping[str, int]) -> list[str]:
-    if not root_snapshots:
-        return []
-    tables = await table_rows.get_many(s, names=list(root_snapshots))
+async def _root_ids(c: AsyncConnection, root_snapshots: Mapping[str, int]) -> dict[str, int]:
+    """{name: table id} of the reported root tables; refuses unknown tables and tables a job writes."""
+    tables = await table_rows.roots_by_name(c, names=list(root_snapshots))
     missing = sorted(set(root_snapshots) - set(tables))
     if missing:
         raise NotFound(f"tables not registered: {', '.join(missing)}", tables=missing)
-    roots = await table_rows.root_ids(s, ids=[t.id for t in tables.values()])
-    written = sorted(name for name, t in tables.items() if t.id not in roots)
+    written = sorted(name for name, (_, is_root) in tables.items() if not is_root)
     if written:
         raise NotRoot(f"tables written by a job cannot be reported as roots: {', '.join(written)}", tables=written)
-    for name in sorted(root_snapshots):  # fixed order: no deadlocks between concurrent reporters
-        await table_rows.raise_latest(s, table_id=tables[name].id, snapshot_id=root_snapshots[name], at=None)
-    return sorted(root_snapshots)
-
-
-async def _allocate_and_seal(
-    s: AsyncSession, *, issued_by: str | None
-) -> tuple[barrier_rows.IssuedBarrier, dict[str, int]]:
-    issued = await barrier_rows.allocate(s, issued_by=issued_by)
-    failpoints.hit("barrier_allocated")
-    sealed_ids = await snapshot_rows.seal(s, barrier=issued.barrier)
-    names = await table_rows.by_ids(s, ids=list(sealed_ids)) if sealed_ids else {}
-    logger.info("issued barrier %d sealing %d root snapshot(s)", issued.barrier, len(sealed_ids))
-    return issued, {names[t].name: snap for t, snap in sealed_ids.items()}
-
-
-async def _maybe_issue(s: AsyncSession, *, job: Job, sources: Sequence[TableRef], min_interval: float) -> float | None:
-    """Issue a barrier when a root input has a snapshot no barrier sealed yet. Returns seconds to wait, if throttled."""
-    if not sources or not await snapshot_rows.unsealed_roots(s, table_ids=[t.id for t in sources]):
-        return None
-    await barrier_rows.lock_clock(s)
-    # Re-check under the clock lock: a concurrent job may just have sealed the same snapshot.
-    if not await snapshot_rows.unsealed_roots(s, table_ids=[t.id for t in sources]):
-        return None
-    head = await barrier_rows.head(s)
-    if head is not None and min_interval > 0:
-        age = (datetime.now(UTC) - head.issued_at).total_seconds()
-        if age < min_interval:
-            return round(min_interval - age, 3)
-    await _allocate_and_seal(s, issued_by=f"job:{job.name}")
-    return None
+    return {name: table_id for name, (table_id, _) in tables.items()}
 
 
 def _process(job_name: str, run: JobRun, skipped: Sequence[int] = ()) -> BarrierDecision:

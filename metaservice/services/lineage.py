@@ -1,15 +1,19 @@
 """The lineage graph for admins: around one table (upstream, downstream or both, depth-limited) or whole.
 
-Walks are breadth-first over jobs with visited sets and one query per level and direction, so a diamond lattice
-costs one row per edge instead of one per path. The node count is capped; a capped answer says `truncated`.
+Walks are breadth-first over jobs with visited sets, so a diamond lattice costs one row per edge instead of one per
+path. The database returns every link within the depth in one statement and the walk is replayed here level by
+level, so the node cap cuts it exactly where a level-at-a-time walk would. The node count is capped; a capped
+answer says `truncated`. Answers run to tens of thousands of nodes, so they are built as plain JSON-ready data
+(the `LineageGraph` wire shape) from plain rows, never as validated models.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Literal, TypedDict
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -17,20 +21,59 @@ from metaservice.db.transaction import in_transaction
 from metaservice.errors import NotFound
 from metaservice.repositories import lineage as lineage_rows
 from metaservice.repositories import tables as table_rows
-from metaservice.repositories.lineage import EdgeRow, Link, RunRow
-from metaservice.schemas import (
-    JobNode,
-    LineageDirection,
-    LineageEdge,
-    LineageGraph,
-    RunTiming,
-    TableNode,
-)
-from metaservice.services.delays import delay_of
+from metaservice.repositories.lineage import EdgeRow, JobNodeRow
+from metaservice.schemas import LineageDirection
 
 DEFAULT_DEPTH, MAX_DEPTH = 10, 100
 DEFAULT_MAX_NODES, MAX_NODES = 5000, 20_000
 RECENT_RUNS_PER_JOB = 5
+
+
+# The wire shape of `schemas.LineageGraph`, key for key and in field order (tests check the two agree byte for byte).
+class RunTimingData(TypedDict):
+    first_barrier: int
+    barrier: int
+    status: str
+    inputs_ready_at: datetime | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    waiting_seconds: float | None
+    processing_seconds: float | None
+
+
+class TableNodeData(TypedDict):
+    id: str
+    kind: Literal["table"]
+    name: str
+    table_kind: Literal["root", "intermediate"]
+    format: str | None
+    latest_snapshot_id: int | None
+    newest_complete_barrier: int | None
+    newest_complete_snapshot_id: int | None
+    newest_complete_issued_at: datetime | None
+    delay_seconds: float | None
+
+
+class JobNodeData(TypedDict):
+    id: str
+    kind: Literal["job"]
+    name: str
+    is_active: bool
+    last_barrier: int | None
+    lag_seconds: float | None
+    recent_runs: list[RunTimingData]
+
+
+EdgeData = TypedDict("EdgeData", {"from": str, "to": str})
+
+
+class LineageGraphData(TypedDict):
+    table: str | None
+    direction: LineageDirection
+    depth: int | None
+    nodes: list[TableNodeData | JobNodeData]
+    edges: list[EdgeData]
+    truncated: bool
 
 
 async def lineage_graph(
@@ -40,10 +83,10 @@ async def lineage_graph(
     direction: LineageDirection = "both",
     depth: int = DEFAULT_DEPTH,
     max_nodes: int = DEFAULT_MAX_NODES,
-) -> LineageGraph:
+) -> LineageGraphData:
     """Tables, jobs and current edges around `table` within `depth` job hops, or the whole graph (table None)."""
 
-    async def work(s: AsyncSession) -> LineageGraph:
+    async def work(s: AsyncSession) -> LineageGraphData:
         if table is None:
             picked = await _whole(s, max_nodes=max_nodes)
         else:
@@ -58,13 +101,17 @@ async def lineage_graph(
 
 @dataclass
 class _Picked:
-    """Nodes chosen so far, in discovery order, and whether the cap stopped the walk."""
+    """Nodes chosen so far, in discovery order, and whether the cap stopped the walk.
+
+    `all_tables`: every table was picked (the whole graph under the cap), so node states need no id list.
+    """
 
     max_nodes: int
     tables: dict[int, None] = field(default_factory=dict)
     jobs: dict[int, None] = field(default_factory=dict)
     truncated: bool = False
     edges: list[EdgeRow] | None = None
+    all_tables: bool = False
 
     def room(self) -> bool:
         if len(self.tables) + len(self.jobs) < self.max_nodes:
@@ -73,46 +120,60 @@ class _Picked:
         return False
 
 
+@dataclass
+class _Links:
+    """One direction of the walk: the jobs each table leads to, and each job's tables on the far side (sorted)."""
+
+    jobs_of: dict[int, list[int]] = field(default_factory=dict)
+    far_of: dict[int, list[int]] = field(default_factory=dict)
+
+
 async def _around(s: AsyncSession, *, start: int, direction: str, depth: int, max_nodes: int) -> _Picked:
     picked = _Picked(max_nodes)
     picked.tables[start] = None
-    walks = {"upstream": ("upstream",), "downstream": ("downstream",), "both": ("upstream", "downstream")}
-    for way in walks[direction]:
+    ways = {"upstream": (True,), "downstream": (False,), "both": (True, False)}[direction]
+    links = {True: _Links(), False: _Links()}
+    for upstream, near, job, far in await lineage_rows.walk(
+        s, start=start, depth=depth, upstream=True in ways, downstream=False in ways
+    ):
+        way = links[upstream]
+        jobs = way.jobs_of.setdefault(near, [])
+        if job not in jobs:
+            jobs.append(job)
+        tables = way.far_of.setdefault(job, [])
+        if far is not None and far not in tables:
+            tables.append(far)
+    for way in links.values():
+        for tables in way.far_of.values():
+            tables.sort()
+    for upstream in ways:  # upstream first, as the picked sets are shared
         frontier = [start]
         for _ in range(depth):
             if not frontier or picked.truncated:
                 break
-            links = await (
-                lineage_rows.upstream_links(s, table_ids=frontier)
-                if way == "upstream"
-                else lineage_rows.downstream_links(s, table_ids=frontier)
-            )
-            frontier = _take_level(picked, links)
+            frontier = _take_level(picked, frontier, links[upstream])
     return picked
 
 
-def _take_level(picked: _Picked, links: Sequence[Link]) -> list[int]:
+def _take_level(picked: _Picked, frontier: Sequence[int], links: _Links) -> list[int]:
     """Add the level's new jobs and the new tables beyond them; returns those tables (the next frontier)."""
-    beyond: dict[int, list[int]] = {}
-    for link in links:
-        far = beyond.setdefault(link.job_id, [])  # a job with no table on the far side still counts
-        if link.table_id is not None:
-            far.append(link.table_id)
-    frontier: list[int] = []
-    for job_id in sorted(beyond):
-        if job_id in picked.jobs:
+    level = sorted({job for table in frontier for job in links.jobs_of.get(table, ())})
+    tables, jobs = picked.tables, picked.jobs
+    beyond: list[int] = []
+    for job_id in level:
+        if job_id in jobs:
             continue
         if not picked.room():
             return []
-        picked.jobs[job_id] = None
-        for table_id in sorted(beyond[job_id]):
-            if table_id in picked.tables:
+        jobs[job_id] = None
+        for table_id in links.far_of[job_id]:
+            if table_id in tables:
                 continue
             if not picked.room():
                 return []
-            picked.tables[table_id] = None
-            frontier.append(table_id)
-    return frontier
+            tables[table_id] = None
+            beyond.append(table_id)
+    return beyond
 
 
 async def _whole(s: AsyncSession, *, max_nodes: int) -> _Picked:
@@ -125,6 +186,7 @@ async def _whole(s: AsyncSession, *, max_nodes: int) -> _Picked:
         picked.tables = dict.fromkeys(tables)
         picked.jobs = dict.fromkeys(jobs)
         picked.edges = edges
+        picked.all_tables = True
         return picked
     for kind, node in _topological(tables, jobs, edges):
         if not picked.room():
@@ -157,65 +219,80 @@ def _topological(tables: Sequence[int], jobs: Sequence[int], edges: Sequence[Edg
 
 async def _annotate(
     s: AsyncSession, picked: _Picked, *, table: str | None, direction: LineageDirection, depth: int | None
-) -> LineageGraph:
-    table_ids, job_ids = list(picked.tables), list(picked.jobs)
+) -> LineageGraphData:
+    """The answer: tables then jobs, each by name, with their states; then the edges among them."""
     edges = picked.edges
     if edges is None:
-        edges = await lineage_rows.edges_among(s, job_ids=job_ids, table_ids=table_ids)
-    states = await lineage_rows.table_states(s, table_ids=table_ids)
-    jobs = await lineage_rows.job_states(s, job_ids=job_ids) if job_ids else []
-    runs = await lineage_rows.recent_runs(s, job_ids=job_ids, per_job=RECENT_RUNS_PER_JOB) if job_ids else {}
+        edges = await lineage_rows.edges_among(s, job_ids=picked.jobs, table_ids=picked.tables)
+    states = await lineage_rows.table_nodes(s, table_ids=None if picked.all_tables else picked.tables)
+    jobs = await lineage_rows.job_nodes(s, job_ids=picked.jobs, per_job=RECENT_RUNS_PER_JOB) if picked.jobs else []
     now = await lineage_rows.db_now(s)
-    table_names = {t.id: t.name for t in states}
-    job_names = {j.id: j.name for j in jobs}
-    nodes: list[TableNode | JobNode] = [
-        TableNode(
-            id=f"table:{t.name}",
-            name=t.name,
-            table_kind="intermediate" if t.has_writer else "root",
-            format=t.format,
-            latest_snapshot_id=t.latest_snapshot_id,
-            newest_complete_barrier=t.barrier,
-            newest_complete_snapshot_id=t.snapshot_id,
-            newest_complete_issued_at=t.issued_at,
-            delay_seconds=delay_of(t, now),
-        )
-        for t in sorted(states, key=lambda t: t.name)
+    table_ids = {t.id: f"table:{t.name}" for t in states}
+    nodes: list[TableNodeData | JobNodeData] = [
+        {
+            "id": table_ids[t.id],
+            "kind": "table",
+            "name": t.name,
+            "table_kind": "intermediate" if t.has_writer else "root",
+            "format": t.format,
+            "latest_snapshot_id": t.latest_snapshot_id,
+            "newest_complete_barrier": t.barrier,
+            "newest_complete_snapshot_id": t.snapshot_id,
+            "newest_complete_issued_at": t.issued_at,
+            "delay_seconds": None if t.issued_at is None else (now - t.issued_at).total_seconds(),
+        }
+        for t in states
     ]
-    nodes += [
-        JobNode(
-            id=f"job:{j.name}",
-            name=j.name,
-            is_active=j.is_active,
-            last_barrier=j.last_barrier,
-            lag_seconds=j.lag_seconds,
-            recent_runs=[_timing(r) for r in runs.get(j.id, [])],
-        )
-        for j in sorted(jobs, key=lambda j: j.name)
-    ]
-    wire_edges = []
-    for e in sorted(edges, key=lambda e: (e.role, e.table_id, e.job_id)):
-        if e.table_id not in table_names or e.job_id not in job_names:
+    job_ids = _job_nodes(jobs, into=nodes)
+    wire_edges: list[EdgeData] = []
+    for e in edges:
+        t, j = table_ids.get(e.table_id), job_ids.get(e.job_id)
+        if t is None or j is None:
             continue
-        t, j = f"table:{table_names[e.table_id]}", f"job:{job_names[e.job_id]}"
-        ends = (t, j) if e.role == "source" else (j, t)
-        wire_edges.append(LineageEdge(**{"from": ends[0], "to": ends[1]}))
-    return LineageGraph(
-        table=table, direction=direction, depth=depth, nodes=nodes, edges=wire_edges, truncated=picked.truncated
-    )
+        wire_edges.append({"from": t, "to": j} if e.role == "source" else {"from": j, "to": t})
+    return {
+        "table": table,
+        "direction": direction,
+        "depth": depth,
+        "nodes": nodes,
+        "edges": wire_edges,
+        "truncated": picked.truncated,
+    }
 
 
-def _timing(run: RunRow) -> RunTiming:
-    def span(later: datetime | None, earlier: datetime | None) -> float | None:
-        return None if later is None or earlier is None else (later - earlier).total_seconds()
-
-    return RunTiming(
-        first_barrier=run.first_barrier,
-        barrier=run.barrier,
-        status=run.status,
-        inputs_ready_at=run.inputs_ready_at,
-        started_at=run.started_at,
-        finished_at=run.finished_at,
-        waiting_seconds=span(run.started_at, run.inputs_ready_at),
-        processing_seconds=span(run.finished_at, run.started_at),
-    )
+def _job_nodes(rows: Iterable[JobNodeRow], *, into: list[TableNodeData | JobNodeData]) -> dict[int, str]:
+    """Append one node per job (rows come one per recent run, by job name); returns the node id of each job."""
+    ids: dict[int, str] = {}
+    runs: list[RunTimingData] = []
+    for r in rows:
+        if r.id not in ids:
+            ids[r.id] = node_id = f"job:{r.name}"
+            runs = []
+            into.append(
+                {
+                    "id": node_id,
+                    "kind": "job",
+                    "name": r.name,
+                    "is_active": r.is_active,
+                    "last_barrier": r.last_barrier,
+                    "lag_seconds": None if r.lag is None else float(r.lag),
+                    "recent_runs": runs,
+                }
+            )
+        if r.first_barrier is not None and r.barrier is not None and r.status is not None:
+            ready, started, finished = r.inputs_ready_at, r.started_at, r.finished_at
+            runs.append(
+                {
+                    "first_barrier": r.first_barrier,
+                    "barrier": r.barrier,
+                    "status": r.status,
+                    "inputs_ready_at": ready,
+                    "started_at": started,
+                    "finished_at": finished,
+                    "waiting_seconds": None if started is None or ready is None else (started - ready).total_seconds(),
+                    "processing_seconds": (
+                        None if finished is None or started is None else (finished - started).total_seconds()
+                    ),
+                }
+            )
+    return ids

@@ -1,4 +1,8 @@
-"""Consistent versions for queries: one barrier and one snapshot per table (weak or strong)."""
+"""Consistent versions for queries: one barrier and one snapshot per table (weak or strong).
+
+A hot read path: the usual answer is one statement (`repositories/versions.py`) inside a REPEATABLE READ
+read-only transaction, so every step sees one snapshot of the catalog while writers go on.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from metaservice.db.transaction import in_transaction
 from metaservice.errors import NoConsistentVersion, NotFound
-from metaservice.repositories import barriers as barrier_rows
-from metaservice.repositories import edges as edge_rows
-from metaservice.repositories import snapshots as snapshot_rows
-from metaservice.repositories import tables as table_rows
+from metaservice.repositories import versions as version_rows
+from metaservice.repositories.versions import Frontier, Standing
 from metaservice.schemas import Consistency, ConsistentVersions
 
 # Each step back past an aborted barrier costs one query; pathological abort storms stop here with a 404.
@@ -25,21 +27,20 @@ async def consistent_versions(
 
     async def work(s: AsyncSession) -> ConsistentVersions:
         names = list(dict.fromkeys(tables))
-        rows = await table_rows.get_many(s, names=names)
-        missing = [n for n in names if n not in rows]
+        scope = await version_rows.frontier(s, names=names, strong=consistency == "strong")
+        requested = {t.name: t for t in scope.tables if t.name is not None}
+        missing = [n for n in names if n not in requested]
         if missing:
             raise NotFound(f"tables not registered: {', '.join(missing)}", tables=missing)
-        requested = [rows[n].id for n in names]
-        scope = await component_of(s, requested) if consistency == "strong" else set(requested)
-        barrier = await newest_complete(s, requested=requested, scope=sorted(scope))
-        if barrier is None:
+        found = await _newest_complete(s, scope, requested=[requested[n].table_id for n in names])
+        if found is None:
             raise NoConsistentVersion(
                 f"no barrier is complete in every table of {names} ({consistency}) yet",
                 tables=names,
                 consistency=consistency,
             )
-        covering = await snapshot_rows.covering(s, table_ids=requested, barrier=barrier)
-        versions = {n: covering[rows[n].id].snapshot_id for n in names}
+        barrier, covering = found
+        versions = {n: covering[requested[n].table_id].snapshot_id for n in names}
         return ConsistentVersions(
             consistency=consistency,
             barrier=barrier,
@@ -49,41 +50,31 @@ async def consistent_versions(
     return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
 
 
-async def component_of(s: AsyncSession, table_ids: Sequence[int]) -> set[int]:
-    """Every table connected to `table_ids` through jobs, upstream and downstream (the lineage components)."""
-    seen, frontier = set(table_ids), set(table_ids)
-    while frontier:
-        frontier = await edge_rows.neighbours(s, table_ids=sorted(frontier)) - seen
-        seen |= frontier
-    return seen
-
-
-async def newest_complete(s: AsyncSession, *, requested: Sequence[int], scope: Sequence[int]) -> int | None:
-    """The newest barrier at which every table of `scope` holds a snapshot.
+async def _newest_complete(
+    s: AsyncSession, scope: Frontier, *, requested: Sequence[int]
+) -> tuple[int, dict[int, Standing]] | None:
+    """The newest barrier at which every table of `scope` holds a snapshot, with the range covering it in each.
 
     Tables of a strong scope that never completed anything (a job registered but not run yet) are left out, so
-    that registering a job does not hide the pipeline's consistent versions; requested tables never are.
+    that registering a job does not hide the pipeline's consistent versions; requested tables never are. The
+    first candidate is the oldest newest-completion among the members; a candidate some member skipped (an
+    aborted range covers it) moves to just before the earliest start among those aborted ranges.
     """
-    head = await barrier_rows.head(s)
-    if head is None:
+    if scope.head is None or scope.candidate is None:
         return None
-    lasts = await snapshot_rows.last(s, table_ids=scope)
-    if any(t not in lasts for t in requested):
+    completed = {t.table_id for t in scope.tables if t.completed}
+    if any(t not in completed for t in requested):
         return None
-    members = [t for t in scope if t in lasts]
-    candidate = min(
-        head.barrier if r.last_barrier is None else r.last_barrier for r in lasts.values() if r.table_id in members
-    )
+    members = [t for t in scope.tables if t.completed]
+    candidate: int = scope.candidate
+    covering = {t.table_id: t for t in members}
     for _ in range(MAX_STEPS_BACK):
-        covering = await snapshot_rows.covering(s, table_ids=members, barrier=candidate)
-        blockers = [covering.get(t) for t in members]
-        if all(r is not None and r.snapshot_id is not None for r in blockers):
-            return candidate
-        if any(r is None for r in blockers):
+        if any(t.first_barrier is None or not t.holds for t in covering.values()):
             return None  # before some table's first completion: nothing older can be complete either
-        # step back to just before the earliest start among the aborted ranges covering the candidate
-        starts = [r.first_barrier for r in blockers if r is not None and r.snapshot_id is None]
-        previous = await barrier_rows.before(s, barrier=min(starts))
+        starts = [t.first_barrier for t in covering.values() if t.snapshot_id is None and t.first_barrier is not None]
+        if not starts:
+            return candidate, covering
+        previous, covering = await version_rows.step_back(s, table_ids=sorted(completed), before=min(starts))
         if previous is None:
             return None
         candidate = previous
@@ -91,9 +82,11 @@ async def newest_complete(s: AsyncSession, *, requested: Sequence[int], scope: S
 
 
 async def snapshot_at_strong(s: AsyncSession, *, table_id: int) -> tuple[int, int] | None:
-    """(barrier, snapshot) of the table at its current strong version, if there is one."""
-    barrier = await newest_complete(s, requested=[table_id], scope=sorted(await component_of(s, [table_id])))
-    if barrier is None:
+    """(barrier, snapshot) of the table at its current strong version, if there is one (in the caller's transaction)."""
+    scope = await version_rows.frontier_of_ids(s, table_ids=[table_id], strong=True)
+    found = await _newest_complete(s, scope, requested=[table_id])
+    if found is None:
         return None
-    row = (await snapshot_rows.covering(s, table_ids=[table_id], barrier=barrier)).get(table_id)
-    return (barrier, int(row.snapshot_id)) if row is not None and row.snapshot_id is not None else None
+    barrier, covering = found
+    snapshot = covering[table_id].snapshot_id
+    return None if snapshot is None else (barrier, int(snapshot))

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-
 revision: str = "962acdab254f"
 down_revision: str | None = "8121a04d53ef"
 branch_labels: str | Sequence[str] | None = None

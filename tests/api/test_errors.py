@@ -140,6 +140,15 @@ def test_bad_job_id_is_invalid_request_and_creates_no_job(enrich: httpx.Client, 
     assert table_names(api) == [ENRICHED, ORDERS]
 
 
+@pytest.mark.parametrize("key", ["", "x" * 256, "has space", "tab\tinside", "ünïcode"])
+def test_bad_idempotency_key_is_invalid_request_and_issues_no_barrier(enrich: httpx.Client, key: str) -> None:
+    api = enrich
+    response = api.post("/barriers", json={}, headers={"Idempotency-Key": key.encode()})
+    body = problem(response, 422, "invalid_request")
+    assert ["header", "Idempotency-Key"] in error_locations(body), body
+    assert barriers(api) == []
+
+
 def test_malformed_json_is_invalid_request_and_issues_no_barrier(enrich: httpx.Client) -> None:
     api = enrich
     truncated = b'{"root_snapshots": {"lake.raw.orders": 1'

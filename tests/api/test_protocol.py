@@ -87,6 +87,21 @@ def test_same_root_snapshot_gets_the_same_barrier_for_two_jobs(pipeline: Pipelin
     assert len(pipeline.api.get("/barriers").json()["barriers"]) == 1
 
 
+def test_post_barriers_with_a_repeated_idempotency_key_returns_the_first_answer(pipeline: Pipeline) -> None:
+    api = pipeline.api
+    key = {"Idempotency-Key": "9b1f0c4e-orchestrator-run-1"}
+    first = api.post("/barriers", json={"root_snapshots": {ORDERS: 3, CUSTOMERS: 7}}, headers=key)
+    assert first.status_code == 201, first.text
+    assert first.json()["sealed"] == {ORDERS: 3, CUSTOMERS: 7}
+    # the repeat (even with newer snapshots) changes nothing and answers exactly what the first call did
+    repeat = api.post("/barriers", json={"root_snapshots": {ORDERS: 4}}, headers=key)
+    assert repeat.status_code == 201 and repeat.json() == first.json()
+    assert [b["barrier"] for b in api.get("/barriers").json()["barriers"]] == [first.json()["barrier"]]
+    other = api.post("/barriers", json={}, headers={"Idempotency-Key": "another-call"})
+    assert other.status_code == 201 and other.json()["barrier"] > first.json()["barrier"]
+    assert other.json()["sealed"] == {}
+
+
 def test_barrier_is_reoffered_with_the_same_inputs_until_committed(pipeline: Pipeline) -> None:
     first = pipeline.next("enrich", orders=1)
     again = pipeline.next("enrich", orders=2)  # a newer root snapshot does not change the barrier in flight

@@ -337,7 +337,6 @@ def test_each_retry_logs_a_warning_with_attempt_and_reason(
 # --- non-idempotent calls ----------------------------------------------------------------------------------
 
 NON_IDEMPOTENT: list[tuple[str, Callable[[MetaServiceClient], object], object]] = [
-    ("issue_barrier", lambda c: c.issue_barrier({"lake.raw.orders": 12}), ISSUED),
     ("create_lease", lambda c: c.create_lease("dashboard", {"a.b.c": 5}), LEASE),
     ("plan_rollback", lambda c: c.plan_rollback("lake.raw.orders", 5), PLAN),
 ]
@@ -387,9 +386,27 @@ def test_non_idempotent_call_is_retried_when_the_request_had_no_effect(
 def test_outcome_unknown_after_a_gateway_error_keeps_status_and_body(connect: Connect) -> None:
     server = Server(lambda _r: httpx.Response(504, text="upstream timed out"))
     with pytest.raises(OutcomeUnknown) as caught:
-        connect(server).issue_barrier()
+        connect(server).create_lease("dashboard", {"a.b.c": 5})
     assert caught.value.status == 504 and "upstream timed out" in caught.value.detail
     assert str(caught.value).startswith("outcome_unknown: ")
+
+
+@pytest.mark.parametrize("failure", UNKNOWN_OUTCOME + NO_EFFECT)
+def test_issue_barrier_is_retried_with_the_same_idempotency_key(connect: Connect, failure: Answer) -> None:
+    server = Server(failure, ok(ISSUED, 201))
+    assert connect(server).issue_barrier({"lake.raw.orders": 12}) is not None
+    keys = [r.headers.get("Idempotency-Key") for r in server.requests]
+    assert len(keys) == 2 and keys[0] and keys[0] == keys[1], keys
+
+
+def test_each_issue_barrier_call_has_its_own_key_unless_one_is_given(connect: Connect) -> None:
+    server = Server(ok(ISSUED, 201), ok(ISSUED, 201), ok(ISSUED, 201))
+    client = connect(server)
+    client.issue_barrier()
+    client.issue_barrier()
+    client.issue_barrier(idempotency_key="orchestrator-run-42")
+    keys = [r.headers.get("Idempotency-Key") for r in server.requests]
+    assert keys[0] != keys[1] and keys[2] == "orchestrator-run-42", keys
 
 
 # --- error mapping -----------------------------------------------------------------------------------------

@@ -55,8 +55,14 @@ def path(table: str) -> str:
     return table.replace(".", "/")
 
 
-def call(server: support.ServerProcess, method: str, route: str, body: dict[str, Any] | None = None) -> httpx.Response:
-    return httpx.request(method, server.base_url + route, json=body, timeout=TIMEOUT)
+def call(
+    server: support.ServerProcess,
+    method: str,
+    route: str,
+    body: dict[str, Any] | None = None,
+    headers: dict[str, str] | None = None,
+) -> httpx.Response:
+    return httpx.request(method, server.base_url + route, json=body, headers=headers, timeout=TIMEOUT)
 
 
 def ok(response: httpx.Response, status: int = 200) -> Any:
@@ -245,11 +251,18 @@ def test_barrier_in_flight_is_reoffered_after_a_crash_and_committed_once(start_s
     assert following["inputs"] == {ROOT: {"snapshot_id": 4, "previous_snapshot_id": 3}}
 
 
-def crash_at(start_server: StartServer, failpoint: str, method: str, route: str, body: Any = None) -> None:
+def crash_at(
+    start_server: StartServer,
+    failpoint: str,
+    method: str,
+    route: str,
+    body: Any = None,
+    headers: dict[str, str] | None = None,
+) -> None:
     """Send one request to a server armed to SIGKILL itself at `failpoint`; it dies without answering."""
     armed = start_server(env={failpoints.ENV: failpoint})  # one process: the failpoint kills the whole server
     with pytest.raises(httpx.TransportError):
-        call(armed, method, route, body)
+        call(armed, method, route, body, headers)
     assert armed.process is not None
     assert armed.process.wait(timeout=TIMEOUT) == -signal.SIGKILL
 
@@ -274,15 +287,26 @@ def test_commit_retried_after_a_crash_around_the_database_commit_completes_once(
     assert holding(sink_ranges(restarted), barrier) == [5]
 
 
-def test_barrier_allocated_by_a_crashed_transaction_is_never_listed(start_server: StartServer) -> None:
+@pytest.mark.parametrize(("failpoint", "durable"), [("before_commit", False), ("barrier_allocated", True)])
+def test_post_barriers_retried_with_its_key_after_a_crash_issues_exactly_one(
+    start_server: StartServer, failpoint: str, durable: bool
+) -> None:
+    """The allocation is one autocommit statement: a crash before it leaves nothing, a crash after it leaves the
+    barrier, and the retry with the same Idempotency-Key issues it or returns it: one barrier either way."""
     server = start_server()
     before = [ok(call(server, "POST", "/barriers"), 201)["barrier"] for _ in range(3)]
     server.stop()
 
-    crash_at(start_server, "barrier_allocated", "POST", "/barriers")
+    key = {"Idempotency-Key": f"crash-{failpoint}"}
+    crash_at(start_server, failpoint, "POST", "/barriers", {}, key)
 
     restarted = start_server()
-    assert all_barriers(restarted) == before[::-1]  # the allocation died with its transaction
-    issued = ok(call(restarted, "POST", "/barriers"), 201)["barrier"]
-    assert issued > max(before)
-    assert all_barriers(restarted) == [issued, *before[::-1]]
+    listed = all_barriers(restarted)
+    assert len(listed) == len(before) + (1 if durable else 0)
+    assert listed[len(listed) - len(before) :] == before[::-1]
+    retried = ok(call(restarted, "POST", "/barriers", {}, key), 201)["barrier"]
+    assert retried > max(before)
+    if durable:
+        assert listed[0] == retried  # the retry returned the barrier the crashed call committed
+    assert all_barriers(restarted) == [retried, *before[::-1]]
+    assert ok(call(restarted, "POST", "/barriers", {}, key), 201)["barrier"] == retried  # and again

@@ -12,10 +12,10 @@ a `next` that seals a new root snapshot and `POST /barriers` allocate one.
 What the protocol guarantees, per operation:
 - register, next, commit are idempotent: the client repeats them after a lost answer, and the repeat returns
   the first answer. So they end with exactly one effect whichever side of the commit the crash fell.
-- `POST /barriers` is not idempotent. The client never repeats it once the request may have reached the
-  server and raises `OutcomeUnknown` instead; the state is exactly what the server committed before dying:
-  no barrier when it died before the commit, one barrier when after. Never two. (A crash cannot produce the
-  one case the client misreads, a database connection lost during COMMIT: see test_network_faults.py.)
+- `POST /barriers` is made idempotent by the client's `Idempotency-Key`: the retry after the crash carries the
+  same key, so it returns the barrier the first attempt committed (after_commit, barrier_allocated) or issues
+  the one barrier (before_commit). Never two. (The allocation is one autocommit statement, so
+  `barrier_allocated` falls after its commit; a connection lost during it: see test_network_faults.py.)
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import httpx
 import pytest
 
 from metaservice import failpoints
-from spark_client import MetaServiceClient, MetaServiceError, OutcomeUnknown, RetryPolicy, SnapshotConflict
+from spark_client import MetaServiceClient, MetaServiceError, RetryPolicy, SnapshotConflict
 from tests import support
 from tests.faults.conftest import Servers
 
@@ -217,7 +217,7 @@ def test_commit_killed_at_a_failpoint_records_one_completion_with_its_snapshots(
 
 
 @pytest.mark.parametrize("failpoint", CASES["issue_barrier"])
-def test_post_barriers_killed_at_a_failpoint_raises_outcome_unknown_and_never_issues_two(
+def test_post_barriers_killed_at_a_failpoint_is_retried_with_its_key_and_issues_exactly_one(
     failpoint: str, servers: Servers, armed: ArmedServers, client: MetaServiceClient, api: httpx.Client
 ) -> None:
     client.register_source("reader", ORDERS)
@@ -225,17 +225,16 @@ def test_post_barriers_killed_at_a_failpoint_raises_outcome_unknown_and_never_is
     server = armed.take("issue_barrier", failpoint)
     outcome = crash_during(servers, server, lambda c: c.issue_barrier({ORDERS: 5}))
 
-    assert outcome.value is None, "an answer came back from a server that died before sending it"
-    assert isinstance(outcome.error, OutcomeUnknown), outcome.error
-    committed = failpoint == "after_commit"
-    issued = barriers(api)
-    assert len(issued) == (1 if committed else 0), issued
-    # the root snapshot reported with the call shares its transaction: both happened, or neither
-    assert client.get_table(ORDERS)["latest_snapshot_id"] == (5 if committed else None)
-    if committed:
-        sealed = api.get(f"/barriers/{issued[0]}").json()["tables"][ORDERS]
-        assert sealed == {"state": "complete", "snapshot_id": 5}
-    # a caller that resolved the unknown outcome by looking, and issues again, gets a new, later barrier
+    assert outcome.error is None, outcome.error
+    assert outcome.value is not None
+    # died before or after the allocation committed: either way, one barrier, and the call's answer names it
+    assert barriers(api) == [outcome.value.barrier]
+    assert dict(outcome.value.sealed) == {ORDERS: 5}
+    # the root snapshot reported with the call shares its statement: reported and sealed together
+    assert client.get_table(ORDERS)["latest_snapshot_id"] == 5
+    sealed = api.get(f"/barriers/{outcome.value.barrier}").json()["tables"][ORDERS]
+    assert sealed == {"state": "complete", "snapshot_id": 5}
+    # a new call (a new key) issues a new, later barrier
     again = client.issue_barrier({ORDERS: 5}).barrier
-    assert barriers(api) == [again, *issued] and all(again > b for b in issued)
+    assert barriers(api) == [again, outcome.value.barrier] and again > outcome.value.barrier
     outcome.server.kill()
