@@ -30,7 +30,7 @@ class Settings(BaseSettings):
     min_barrier_interval: float = Field(
         default=0.0, ge=0, description="Seconds between barriers issued implicitly by `next` calls."
     )
-    pool_size: int = Field(default=10, ge=1)
+    pool_size: int = Field(default=20, ge=1, description="Connections kept open per server process.")
     max_overflow: int = Field(default=10, ge=0)
     pool_timeout: float = Field(default=5.0, gt=0, description="Seconds to wait for a pooled connection.")
     connect_timeout: float = Field(default=5.0, gt=0)

@@ -10,12 +10,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from metaservice.db.models import SnapshotRange
 
+# One round trip each: the ranges come back as whole rows, loaded as ORM objects (`from_statement`).
 _COVERING = text(
     """
-    SELECT t.table_id, r.id
+    SELECT r.*
       FROM unnest(:table_ids) AS t(table_id)
       JOIN LATERAL (
-            SELECT id, last_barrier FROM snapshot_ranges s
+            SELECT s.* FROM snapshot_ranges s
              WHERE s.table_id = t.table_id AND s.first_barrier <= :barrier
              ORDER BY s.first_barrier DESC LIMIT 1) r ON true
      WHERE r.last_barrier IS NULL OR r.last_barrier >= :barrier
@@ -24,32 +25,26 @@ _COVERING = text(
 
 _LAST = text(
     """
-    SELECT t.table_id, r.id
+    SELECT r.*
       FROM unnest(:table_ids) AS t(table_id)
       JOIN LATERAL (
-            SELECT id FROM snapshot_ranges s WHERE s.table_id = t.table_id
+            SELECT s.* FROM snapshot_ranges s WHERE s.table_id = t.table_id
              ORDER BY s.first_barrier DESC LIMIT 1) r ON true
     """
 ).bindparams(bindparam("table_ids", type_=ARRAY(BIGINT)))
 
-async def _load(session: AsyncSession, pairs: Sequence[tuple[int, int]]) -> dict[int, SnapshotRange]:
-    if not pairs:
-        return {}
-    rows = await session.scalars(select(SnapshotRange).where(SnapshotRange.id.in_([p[1] for p in pairs])))
-    by_id = {row.id: row for row in rows}
-    return {int(table_id): by_id[range_id] for table_id, range_id in pairs}
-
 
 async def covering(session: AsyncSession, *, table_ids: Sequence[int], barrier: int) -> dict[int, SnapshotRange]:
     """For each table, the range that holds at `barrier`; tables without one are left out."""
-    result = await session.execute(_COVERING, {"table_ids": list(table_ids), "barrier": barrier})
-    return await _load(session, [(int(r[0]), int(r[1])) for r in result])
+    statement = select(SnapshotRange).from_statement(_COVERING)
+    rows = await session.scalars(statement, {"table_ids": list(table_ids), "barrier": barrier})
+    return {row.table_id: row for row in rows}
 
 
 async def last(session: AsyncSession, *, table_ids: Sequence[int]) -> dict[int, SnapshotRange]:
     """For each table, its newest range; tables that never held a snapshot are left out."""
-    result = await session.execute(_LAST, {"table_ids": list(table_ids)})
-    return await _load(session, [(int(r[0]), int(r[1])) for r in result])
+    rows = await session.scalars(select(SnapshotRange).from_statement(_LAST), {"table_ids": list(table_ids)})
+    return {row.table_id: row for row in rows}
 
 
 async def last_snapshot(session: AsyncSession, *, table_id: int) -> int | None:
