@@ -134,9 +134,7 @@ class DeltaCatalog:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         root = os.fspath(root)
         if "://" in root:
-            raise ValueError(
-                f"only local directories are supported as a Delta lake root so far, got {root!r}"
-            )
+            raise ValueError(f"only local directories are supported as a Delta lake root so far, got {root!r}")
         self.root = os.path.abspath(root)
 
     def __repr__(self) -> str:
@@ -259,9 +257,7 @@ class DeltaCatalog:
             transactions = [Transaction(app_id, barrier, int(time.time() * 1000))]
         properties = CommitProperties(custom_metadata=custom, app_transactions=transactions)
         version = self._commit(table, delta, schema, actions, mode, properties, write_id)
-        logger.debug(
-            "%s: %s of %d file(s) (write %s) is version %d", table, mode, len(actions), write_id, version
-        )
+        logger.debug("%s: %s of %d file(s) (write %s) is version %d", table, mode, len(actions), write_id, version)
         if app_id is not None:
             _failpoints.hit("after_delta_commit")
         return version
@@ -409,9 +405,7 @@ class DeltaCatalog:
         features = set(delta.protocol().reader_features or ()) & _UNREADABLE_FEATURES
         if features or delta.metadata().partition_columns:
             what = sorted(features) or ["partition columns"]
-            raise UnsupportedTable(
-                f"{table!r} uses {', '.join(what)}; this catalog reads unpartitioned plain tables"
-            )
+            raise UnsupportedTable(f"{table!r} uses {', '.join(what)}; this catalog reads unpartitioned plain tables")
         return delta
 
     def _commit(
@@ -517,17 +511,12 @@ def _table_schema(table: str, schema: StructType) -> StructType:
             return relax(dt.sqlType(), where)
         if isinstance(dt, StructType):
             return StructType(
-                [
-                    StructField(f.name, relax(f.dataType, f"{where}.{f.name}"), True, f.metadata)
-                    for f in dt.fields
-                ]
+                [StructField(f.name, relax(f.dataType, f"{where}.{f.name}"), True, f.metadata) for f in dt.fields]
             )
         if isinstance(dt, ArrayType):
             return ArrayType(relax(dt.elementType, f"{where}[]"), True)
         if isinstance(dt, MapType):
-            return MapType(
-                relax(dt.keyType, f"{where}{{key}}"), relax(dt.valueType, f"{where}{{value}}"), True
-            )
+            return MapType(relax(dt.keyType, f"{where}{{key}}"), relax(dt.valueType, f"{where}{{value}}"), True)
         if dt.typeName() in _UNSTORABLE_TYPES:
             raise ValueError(
                 f"column {where.lstrip('.')} of the data for {table!r} has type {dt.simpleString()}, "

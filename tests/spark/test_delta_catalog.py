@@ -92,9 +92,7 @@ def test_deltalake_reads_the_same_data_at_every_version(spark: SparkSession, lak
 
 
 def test_files_carry_row_counts_and_min_max_statistics(spark: SparkSession, lake: DeltaCatalog) -> None:
-    low = spark.createDataFrame(
-        [(i, f"a{i}", date(2024, 1, i)) for i in range(1, 6)], "id long, s string, d date"
-    )
+    low = spark.createDataFrame([(i, f"a{i}", date(2024, 1, i)) for i in range(1, 6)], "id long, s string, d date")
     high = spark.createDataFrame([(i, "b" * 40, None) for i in range(100, 103)], "id long, s string, d date")
     lake.append(spark, low.coalesce(1), T)
     lake.append(spark, high.coalesce(1), T)
@@ -119,9 +117,7 @@ def test_files_carry_row_counts_and_min_max_statistics(spark: SparkSession, lake
 def test_tagged_commit_is_found_by_job_and_barrier(spark: SparkSession, lake: DeltaCatalog) -> None:
     lake.append(spark, frame(spark, 0), T)
     assert lake.committed_snapshot(T, app_id="enrich", barrier=1000) is None
-    version = lake.write(
-        spark, frame(spark, 1), T, mode="append", app_id="enrich", barrier=1000, metadata={"k": "v"}
-    )
+    version = lake.write(spark, frame(spark, 1), T, mode="append", app_id="enrich", barrier=1000, metadata={"k": "v"})
     lake.append(spark, frame(spark, 2), T)  # later, untagged commits do not hide it
     assert DeltaTable(lake.location(T)).transaction_version("enrich") == 1000
     assert lake.committed_snapshot(T, app_id="enrich", barrier=1000) == version
@@ -135,9 +131,7 @@ def test_tagged_commit_is_found_by_job_and_barrier(spark: SparkSession, lake: De
     assert tags == [(2, None, None), (1, "enrich", 1000), (0, None, None)]
 
 
-def test_a_tagged_write_is_idempotent_until_a_restore_undoes_it(
-    spark: SparkSession, lake: DeltaCatalog
-) -> None:
+def test_a_tagged_write_is_idempotent_until_a_restore_undoes_it(spark: SparkSession, lake: DeltaCatalog) -> None:
     lake.append(spark, frame(spark, 0), T)
     first = lake.write(spark, frame(spark, 1), T, mode="append", app_id="enrich", barrier=7)
     again = lake.write(spark, frame(spark, 1), T, mode="append", app_id="enrich", barrier=7)
@@ -149,9 +143,7 @@ def test_a_tagged_write_is_idempotent_until_a_restore_undoes_it(
     assert lake.committed_snapshot(T, app_id="enrich", barrier=7) == redone
 
 
-def test_a_schema_change_is_rejected_before_anything_is_written(
-    spark: SparkSession, lake: DeltaCatalog
-) -> None:
+def test_a_schema_change_is_rejected_before_anything_is_written(spark: SparkSession, lake: DeltaCatalog) -> None:
     lake.append(spark, frame(spark, 1), T)
     before = data_files(lake, T)
     with pytest.raises(SchemaMismatch, match=r"'lake\.raw\.orders'.*name: table string, data bigint") as info:
@@ -178,9 +170,7 @@ def test_changes_are_the_rows_appended_in_between(spark: SparkSession, lake: Del
     v2 = lake.append(spark, frame(spark, 4), T)
 
     def changes(after: int | None, at: int) -> list[int]:
-        return sorted(
-            r["id"] for r in lake.read_changes(spark, T, after_snapshot_id=after, snapshot_id=at).collect()
-        )
+        return sorted(r["id"] for r in lake.read_changes(spark, T, after_snapshot_id=after, snapshot_id=at).collect())
 
     assert changes(v0, v1) == [2, 3] and changes(v0, v2) == [2, 3, 4] and changes(None, v2) == [1, 2, 3, 4]
     assert changes(v2, v2) == []
@@ -212,9 +202,7 @@ def test_concurrent_writers_each_get_their_own_version(spark: SparkSession, lake
         assert added == set(range(n * 10, n * 10 + n + 1))
 
 
-@pytest.mark.parametrize(
-    "name", ["raw.orders", "a.b.c.d", "lake..orders", "lake.raw.-x", "lake.raw.a b", "l.r.x\n"]
-)
+@pytest.mark.parametrize("name", ["raw.orders", "a.b.c.d", "lake..orders", "lake.raw.-x", "lake.raw.a b", "l.r.x\n"])
 def test_malformed_table_names_are_rejected(lake: DeltaCatalog, name: str) -> None:
     with pytest.raises(ValueError, match=r"catalog\.database\.table"):
         lake.location(name)
@@ -251,18 +239,14 @@ def test_an_armed_failpoint_kills_the_process_and_others_pass() -> None:
     def run(armed: str) -> int:
         script = "from spark_client import _failpoints; _failpoints.hit('after_delta_commit'); print('alive')"
         env = {**os.environ, "PYTHONPATH": str(REPO), _failpoints.ENV: armed}
-        return subprocess.run(
-            [sys.executable, "-c", script], env=env, capture_output=True, timeout=60
-        ).returncode
+        return subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, timeout=60).returncode
 
     assert run("after_delta_commit") == -9
     assert run("after_files_written") == 0
 
 
 @pytest.mark.crash
-def test_write_killed_before_the_log_commit_leaves_the_table_unchanged(
-    lake: DeltaCatalog, spark: SparkSession
-) -> None:
+def test_write_killed_before_the_log_commit_leaves_the_table_unchanged(lake: DeltaCatalog, spark: SparkSession) -> None:
     lake.append(spark, frame(spark, 1), T)
     script = textwrap.dedent(
         f"""
