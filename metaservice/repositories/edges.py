@@ -87,6 +87,21 @@ async def tables_of(session: AsyncSession, *, job_id: int, role: str) -> list[Ta
     return [TableRef(int(r.id), str(r.name)) for r in rows]
 
 
+async def sources_and_sinks(session: AsyncSession, *, job_id: int) -> tuple[list[TableRef], list[TableRef]]:
+    """The job's (sources, sinks), each sorted by name, in one round trip."""
+    rows = await session.execute(
+        select(Table.id, Table.name, Edge.role)
+        .join(Edge, Edge.table_id == Table.id)
+        .where(Edge.job_id == job_id)
+        .order_by(Table.name)
+    )
+    sources: list[TableRef] = []
+    sinks: list[TableRef] = []
+    for r in rows:
+        (sources if r.role == "source" else sinks).append(TableRef(int(r.id), str(r.name)))
+    return sources, sinks
+
+
 async def tables_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> dict[int, dict[str, list[str]]]:
     """For each job: {"source": [names], "sink": [names]}."""
     rows = await session.execute(

@@ -23,6 +23,12 @@ async def lock(session: AsyncSession, *, name: str) -> Job | None:
     )
 
 
+async def lock_and_touch(session: AsyncSession, *, name: str) -> Job | None:
+    """`lock` and mark the job as seen now, in one statement: an UPDATE takes the same row lock."""
+    statement = update(Job).where(Job.name == name).values(last_seen_at=func.now()).returning(Job)
+    return await session.scalar(statement, execution_options={"populate_existing": True})
+
+
 async def upsert_active(session: AsyncSession, *, name: str) -> Job:
     """Create the job on first sight or reactivate it; returns it locked by this transaction."""
     statement = (
@@ -41,10 +47,6 @@ async def upsert_active(session: AsyncSession, *, name: str) -> Job:
 
 async def set_last_barrier(session: AsyncSession, *, job_id: int, barrier: int) -> None:
     await session.execute(update(Job).where(Job.id == job_id).values(last_barrier=barrier, last_seen_at=func.now()))
-
-
-async def touch(session: AsyncSession, *, job_id: int) -> None:
-    await session.execute(update(Job).where(Job.id == job_id).values(last_seen_at=func.now()))
 
 
 async def deactivate(session: AsyncSession, *, job_id: int) -> None:

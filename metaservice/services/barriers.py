@@ -108,13 +108,11 @@ async def next_barrier(
     retry_after = await _issue_for_job(session, job_id=job_id, root_snapshots=root_snapshots, min_interval=min_interval)
 
     async def work(s: AsyncSession) -> BarrierDecision:
-        job = await _locked_job(s, job_id)
-        await job_rows.touch(s, job_id=job.id)
+        job = _usable(await job_rows.lock_and_touch(s, name=job_id), job_id)
         run = await run_rows.in_flight(s, job_id=job.id)
         if run is not None:
             return _process(job.name, run)
-        sources = await edge_rows.tables_of(s, job_id=job.id, role="source")
-        sinks = await edge_rows.tables_of(s, job_id=job.id, role="sink")
+        sources, sinks = await edge_rows.sources_and_sinks(s, job_id=job.id)
         decision = await _Planner(s, job, sources, sinks).decide()
         if decision.action != "process" and retry_after is not None:
             decision.retry_after_seconds = retry_after
@@ -244,7 +242,10 @@ async def abort_run(s: AsyncSession, *, job: Job, run: JobRun, sinks: Sequence[T
 
 
 async def _locked_job(s: AsyncSession, job_id: str, *, allow_inactive: bool = False) -> Job:
-    job = await job_rows.lock(s, name=job_id)
+    return _usable(await job_rows.lock(s, name=job_id), job_id, allow_inactive=allow_inactive)
+
+
+def _usable(job: Job | None, job_id: str, *, allow_inactive: bool = False) -> Job:
     if job is None:
         raise NotFound(f"job {job_id!r} is not registered", job_id=job_id)
     if not job.is_active and not allow_inactive:
@@ -399,8 +400,7 @@ class _Planner:
             upstream = _Planner(
                 self.s,
                 locked,
-                await edge_rows.tables_of(self.s, job_id=locked.id, role="source"),
-                await edge_rows.tables_of(self.s, job_id=locked.id, role="sink"),
+                *await edge_rows.sources_and_sinks(self.s, job_id=locked.id),
                 settle_only=True,
                 visited=self.visited,
             )
