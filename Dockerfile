@@ -24,8 +24,9 @@ RUN groupadd --system --gid 10001 metaservice \
  && useradd --system --uid 10001 --gid metaservice --create-home --home-dir /home/metaservice \
             --shell /usr/sbin/nologin metaservice
 COPY --from=build /opt/venv /opt/venv
-# The wheel does not contain the Alembic scripts, and metaservice/db/migrate.py looks for them next to the
-# installed package (`<site-packages>/migrations`), so they are copied there.
+# `pip install .` installs the Alembic scripts under /opt/venv/share/metaservice/migrations (pyproject.toml,
+# data-files); metaservice/db/migrate.py prefers a `migrations/` next to the package, which this copy provides
+# from the same build context, so the scripts the image runs are the ones the deployment test exercises.
 COPY migrations /opt/venv/lib/python3.11/site-packages/migrations
 USER metaservice
 WORKDIR /home/metaservice

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
 
-MIGRATIONS_DIR = Path(__file__).resolve().parents[2] / "migrations"
+
+def _migrations_dir() -> Path:
+    """The repository's `migrations/` (a checkout, an editable install), else the copy a wheel installs under
+    `<prefix>/share/metaservice/migrations` (pyproject.toml, `data-files`)."""
+    checkout = Path(__file__).resolve().parents[2] / "migrations"
+    installed = Path(sys.prefix) / "share" / "metaservice" / "migrations"
+    return checkout if (checkout / "env.py").is_file() else installed
+
+
+MIGRATIONS_DIR = _migrations_dir()
 
 
 def alembic_config(url: str) -> Config:
