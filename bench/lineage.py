@@ -24,6 +24,7 @@ from bench.context import Context
 from bench.report import Outcome, ms
 from bench.seed import JobSpec
 from bench.server import serving
+from metaservice.services import lineage
 
 DEPTH = 20
 MAX_NODES = 20_000
@@ -54,20 +55,33 @@ def _lattice(layers: int, width: int) -> list[JobSpec]:
 
 
 def _explain(url: str, ids: dict[str, list[int]]) -> dict[str, list[str]]:
-    """Plans of the walk queries (one BFS level) and of the node-state query, from repositories/lineage.py."""
+    """Plans of the walk (fan-out root downstream, one lattice table upstream) and of the node-state statements for
+    the nodes of the default-cap fan-out answer, from repositories/lineage.py."""
     from metaservice.repositories import lineage as lineage_sql
 
-    plans: dict[str, list[str]] = {}
-    wanted = {
-        "_DOWNSTREAM (fan-out root, one level)": ("_DOWNSTREAM", {"ids": ids["fan_root"]}),
-        "_UPSTREAM (lattice, last layer)": ("_UPSTREAM", {"ids": ids["lattice_last"]}),
-        "_TABLE_STATES_OF (fan-out tables)": ("_TABLE_STATES_OF", {"ids": ids["fan_tables"]}),
+    cap = lineage.DEFAULT_MAX_NODES
+    fan_tables, fan_jobs = lineage_sql.id_array(ids["fan_tables"][: cap // 2]), lineage_sql.id_array(ids["fan_jobs"])
+    wanted: dict[str, tuple[str, dict[str, Any]]] = {
+        "_WALK_DOWN (fan-out root)": (
+            "_WALK_DOWN",
+            {"starts": lineage_sql.id_array(ids["fan_root"]), "depth": DEPTH, "budget": cap},
+        ),
+        "_WALK_UP (lattice, last layer)": (
+            "_WALK_UP",
+            {"starts": lineage_sql.id_array(ids["lattice_last"][:1]), "depth": DEPTH, "budget": cap},
+        ),
+        "_TABLE_NODES_OF (fan-out, default cap)": ("_TABLE_NODES_OF", {"ids": fan_tables}),
+        "_JOB_NODES (fan-out, default cap)": ("_JOB_NODES", {"ids": fan_jobs, "per_job": lineage.RECENT_RUNS_PER_JOB}),
+        "_JOB_EDGES (fan-out, default cap)": ("_JOB_EDGES", {"ids": fan_jobs}),
     }
+    plans: dict[str, list[str]] = {}
     for label, (name, params) in wanted.items():
         statement = getattr(lineage_sql, name, None)
-        plans[label] = (
-            ["not available"] if statement is None else cluster.explain(url, cluster.psycopg_sql(statement), params)
-        )
+        if statement is None:
+            plans[label] = ["not available"]
+            continue
+        query = statement if isinstance(statement, str) else cluster.psycopg_sql(statement)
+        plans[label] = cluster.explain(url, query, params)
     return plans
 
 
@@ -123,8 +137,15 @@ def run(ctx: Context) -> Outcome:
 
         table_ids = {
             "fan_root": ids("name = 'lin.fan.root'"),
-            "fan_tables": ids("name LIKE 'lin.fan.%'"),
-            "lattice_last": ids(f"name LIKE 'lin.lat.l{layers - 1:02d}_%'"),
+            "fan_tables": ids("name LIKE 'lin.fan.t%' ORDER BY id"),
+            "fan_jobs": [
+                int(r[0])
+                for r in conn.execute(
+                    "SELECT id FROM jobs WHERE name LIKE 'lin-fan-%%' ORDER BY id LIMIT %s",
+                    (lineage.DEFAULT_MAX_NODES // 2,),
+                )
+            ],
+            "lattice_last": ids(f"name LIKE 'lin.lat.l{layers - 1:02d}_%' ORDER BY id"),
         }
     plans = _explain(url, table_ids)
     outcome.figures = {

@@ -18,7 +18,7 @@ from bench import cluster, load, seed
 from bench.context import Context
 from bench.report import Outcome, ms
 from bench.server import serving
-from metaservice.repositories import snapshots as snapshot_sql
+from metaservice.repositories import versions as version_sql
 
 LENGTH = 10
 SNAPSHOTS = 100
@@ -44,14 +44,11 @@ def _measure(ctx: Context, *, database: str, chains: int, barrier_count: int) ->
             seconds=ctx.seconds,
             meter=meter,
         )
-    with cluster.connect(url) as conn:
-        ids = [int(r[0]) for r in conn.execute("SELECT id FROM tables WHERE name = ANY(%s)", (tables,))]
-    barrier = int(answer.json()["barrier"])
+    # the one statement of a strong answer with no aborted barrier to step back over (names as an array literal)
     plans = {
-        "covering": cluster.explain(
-            url, cluster.psycopg_sql(snapshot_sql._COVERING), {"table_ids": ids, "barrier": barrier}
+        "frontier": cluster.explain(
+            url, cluster.psycopg_sql(version_sql._BY_NAME), {"names": "{" + ",".join(tables) + "}", "strong": True}
         ),
-        "last": cluster.explain(url, cluster.psycopg_sql(snapshot_sql._LAST), {"table_ids": ids}),
     }
     sizes = cluster.sizes(url, ["snapshot_ranges", "barriers"])
     ctx.cluster.drop_database(database)

@@ -9,22 +9,17 @@ batches.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from decimal import Decimal
 from typing import Any, NamedTuple
 
+import psycopg
 from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, BIGINT
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 _IDS = ARRAY(BIGINT)
-
-
-class EdgeRow(NamedTuple):
-    job_id: int
-    table_id: int
-    role: str
 
 
 class TableState(NamedTuple):
@@ -40,23 +35,23 @@ class TableState(NamedTuple):
     issued_at: datetime | None
 
 
-class JobNodeRow(NamedTuple):
-    """A job of a lineage graph with one of its newest non-idle runs (run fields None: it has none).
-
-    `lag` is the issue time of the newest barrier minus that of the job's last barrier, in seconds.
-    """
-
-    id: int
-    name: str
-    is_active: bool
-    last_barrier: int | None
-    lag: Decimal | None
-    first_barrier: int | None
-    barrier: int | None
-    status: str | None
-    inputs_ready_at: datetime | None
-    started_at: datetime | None
-    finished_at: datetime | None
+# Lineage graph rows are plain tuples: an answer holds tens of thousands of them, and exact tuples of scalars are
+# the one container the garbage collector stops tracking (named tuples stay tracked and make every full
+# collection walk them).
+LinkRow = tuple[int, int, int, int, "int | None"]
+"""(level, rows up to that level, near table, job reading it downstream or writing it upstream, table on the job's
+far side or None)."""
+EdgeTuple = tuple[int, int, str]
+"""(job, table, role)."""
+TableNodeRow = tuple[int, str, "str | None", bool, "int | None", "int | None", "int | None", "datetime | None"]
+"""(id, name, format, has_writer, latest_snapshot_id, newest complete barrier, its snapshot, its issue time)."""
+JobNodeRow = tuple[
+    int, str, bool, "int | None", "float | None",
+    "int | None", "int | None", "str | None", "datetime | None", "datetime | None", "datetime | None",
+]  # fmt: skip
+"""(id, name, is_active, last_barrier, lag seconds, then one recent run or Nones: first_barrier, barrier, status,
+inputs_ready_at, started_at, finished_at). `lag` is the issue time of the newest barrier minus that of the job's last
+barrier, computed exactly as a numeric and rounded once to a double (the value `float(Decimal)` gives)."""
 
 
 class RunRow(NamedTuple):
@@ -109,81 +104,87 @@ _TABLE_STATES = """
     """
 _TABLE_STATES_OF = text(_TABLE_STATES + " WHERE t.id = ANY(:ids)").bindparams(bindparam("ids", type_=_IDS))
 _ALL_TABLE_STATES = text(_TABLE_STATES)
-# Graph nodes come back in answer order: by name, in code point order like Python's sort (C collation).
-_TABLE_NODES_OF = text(_TABLE_STATES + ' WHERE t.id = ANY(CAST(:ids AS bigint[])) ORDER BY t.name COLLATE "C"')
-_ALL_TABLE_NODES = text(_TABLE_STATES + ' ORDER BY t.name COLLATE "C"')
+# Lineage graph statements. Their id sets run from a few to tens of thousands, drawn from catalogs of any size:
+# `OFFSET 0` fences make every id one or two index lookups (the planner would otherwise hash whole tables to
+# join a few thousand ids, a cost that grows with the catalog instead of the answer). Ids come as one array, and
+# nodes come back in answer order: by name, in code point order like Python's sort (C collation).
 
-# Every link a breadth-first walk from :start may take within :depth job hops: the tables within :depth - 1 hops
-# (per direction; `UNION` keeps one row per table and level, so a lattice costs one row per table and level,
-# never one per path), each with the jobs reading (downstream) or writing (upstream) it and the tables on those
-# jobs' far side (NULL: none). OFFSET 0 keeps each step an index lookup: the planner cannot size a recursion.
-_WALK = text(
-    """
-    WITH RECURSIVE
-    down(table_id, level) AS (
-        SELECT CAST(:start AS bigint), 0 WHERE :down AND :depth > 0
+# The links of a breadth-first walk from the tables %(starts)s, level by level for up to %(depth)s levels: level 1
+# holds the jobs reading (downstream) or writing (upstream) a start table with the tables on their far side (NULL:
+# none), level L + 1 the same from the far tables of level L. `UNION` keeps one row per link and level, so a
+# diamond lattice costs one row per edge and level, never one per path. `total` counts the rows of the levels so
+# far; once it passes %(budget)s no further level is computed (the caller asks again from where it needs to go on).
+_WALK = """
+    WITH RECURSIVE walk(level, total, near, job_id, far) AS (
+        SELECT 0, CAST(0 AS bigint), CAST(NULL AS bigint), CAST(NULL AS bigint), s.id
+          FROM unnest(CAST(%(starts)s AS bigint[])) AS s(id)
         UNION
-        SELECT far.table_id, down.level + 1
-          FROM down
+        SELECT walk.level + 1, walk.total + count(*) OVER (), step.near, step.job_id, step.far
+          FROM walk
           CROSS JOIN LATERAL (
-                SELECT dst.table_id
-                  FROM lineage_edges src
-                  JOIN lineage_edges dst ON dst.job_id = src.job_id AND dst.role = 'sink'
-                 WHERE src.table_id = down.table_id AND src.role = 'source'
-                OFFSET 0) far
-         WHERE down.level + 1 < :depth
-    ),
-    up(table_id, level) AS (
-        SELECT CAST(:start AS bigint), 0 WHERE :up AND :depth > 0
-        UNION
-        SELECT near.table_id, up.level + 1
-          FROM up
-          CROSS JOIN LATERAL (
-                SELECT src.table_id
-                  FROM lineage_edges dst
-                  JOIN lineage_edges src ON src.job_id = dst.job_id AND src.role = 'source'
-                 WHERE dst.table_id = up.table_id AND dst.role = 'sink'
-                OFFSET 0) near
-         WHERE up.level + 1 < :depth
+                SELECT here.table_id AS near, here.job_id, there.table_id AS far
+                  FROM lineage_edges here
+                  LEFT JOIN LATERAL (
+                        SELECT x.table_id FROM lineage_edges x WHERE x.job_id = here.job_id AND x.role = '{far}'
+                        OFFSET 0) there ON true
+                 WHERE here.table_id = walk.far AND here.role = '{near}'
+                OFFSET 0) step
+         WHERE walk.level < %(depth)s AND walk.total <= %(budget)s
     )
-    SELECT false AS upstream, src.table_id AS near, src.job_id, dst.table_id AS far
-      FROM (SELECT DISTINCT table_id FROM down) d
-      JOIN lineage_edges src ON src.table_id = d.table_id AND src.role = 'source'
-      LEFT JOIN lineage_edges dst ON dst.job_id = src.job_id AND dst.role = 'sink'
-    UNION ALL
-    SELECT true, dst.table_id, dst.job_id, src.table_id
-      FROM (SELECT DISTINCT table_id FROM up) u
-      JOIN lineage_edges dst ON dst.table_id = u.table_id AND dst.role = 'sink'
-      LEFT JOIN lineage_edges src ON src.job_id = dst.job_id AND src.role = 'source'
+    SELECT level, total, near, job_id, far FROM walk WHERE level > 0
     """
-)
+_WALK_DOWN = _WALK.format(near="source", far="sink")
+_WALK_UP = _WALK.format(near="sink", far="source")
 
-_EDGES_AMONG = text(
+# Newest range holding a snapshot; an open range (roots) holds through the newest barrier issued.
+_TABLE_NODES_OF = """
+    WITH head AS (SELECT max(barrier) AS barrier FROM barriers)
+    SELECT t.id, t.name, t.format, t.has_writer, t.latest_snapshot_id, c.barrier, r.snapshot_id, b.issued_at
+      FROM unnest(CAST(%(ids)s AS bigint[])) AS i(id)
+      CROSS JOIN head
+      CROSS JOIN LATERAL (
+            SELECT x.id, x.name, x.format, x.latest_snapshot_id,
+                   EXISTS (SELECT 1 FROM lineage_edges e WHERE e.table_id = x.id AND e.role = 'sink') AS has_writer
+              FROM tables x WHERE x.id = i.id
+            OFFSET 0) t
+      LEFT JOIN LATERAL (
+            SELECT s.snapshot_id, s.last_barrier FROM snapshot_ranges s
+             WHERE s.table_id = t.id AND s.snapshot_id IS NOT NULL
+             ORDER BY s.first_barrier DESC LIMIT 1) r ON true
+      CROSS JOIN LATERAL (
+            SELECT CASE WHEN r.snapshot_id IS NULL THEN NULL
+                        ELSE coalesce(r.last_barrier, head.barrier) END AS barrier) c
+      LEFT JOIN LATERAL (SELECT x.issued_at FROM barriers x WHERE x.barrier = c.barrier OFFSET 0) b ON true
+     ORDER BY t.name COLLATE "C"
     """
-    SELECT job_id, table_id, role FROM lineage_edges
-     WHERE job_id = ANY(CAST(:job_ids AS bigint[])) AND table_id = ANY(CAST(:table_ids AS bigint[]))
-     ORDER BY role COLLATE "C", table_id, job_id
+_ALL_TABLE_NODES = _TABLE_STATES + ' ORDER BY t.name COLLATE "C"'
+
+_JOB_EDGES = """
+    SELECT e.job_id, e.table_id, e.role
+      FROM unnest(CAST(%(ids)s AS bigint[])) AS i(id)
+      CROSS JOIN LATERAL (
+            SELECT x.job_id, x.table_id, x.role FROM lineage_edges x WHERE x.job_id = i.id OFFSET 0) e
+     ORDER BY e.role COLLATE "C", e.table_id, e.job_id
     """
-)
-_ALL_EDGES = text('SELECT job_id, table_id, role FROM lineage_edges ORDER BY role COLLATE "C", table_id, job_id')
+_ALL_EDGES = 'SELECT job_id, table_id, role FROM lineage_edges ORDER BY role COLLATE "C", table_id, job_id'
 
 # Jobs by name, each with its newest runs that did something (idle stretches carry no timings), newest first.
-_JOB_NODES = text(
-    """
+_JOB_NODES = """
     SELECT j.id, j.name, j.is_active, j.last_barrier,
-           extract(epoch FROM (SELECT issued_at FROM barriers ORDER BY barrier DESC LIMIT 1) - b.issued_at) AS lag,
+           CAST(extract(epoch FROM (SELECT issued_at FROM barriers ORDER BY barrier DESC LIMIT 1) - b.issued_at)
+                AS float8) AS lag,
            r.first_barrier, r.barrier, r.status, r.inputs_ready_at, r.started_at, r.finished_at
-      FROM jobs j
-      LEFT JOIN barriers b ON b.barrier = j.last_barrier
+      FROM unnest(CAST(%(ids)s AS bigint[])) AS i(id)
+      CROSS JOIN LATERAL (
+            SELECT x.id, x.name, x.is_active, x.last_barrier FROM jobs x WHERE x.id = i.id OFFSET 0) j
+      LEFT JOIN LATERAL (SELECT x.issued_at FROM barriers x WHERE x.barrier = j.last_barrier OFFSET 0) b ON true
       LEFT JOIN LATERAL (
             SELECT x.first_barrier, x.barrier, x.status, x.inputs_ready_at, x.started_at, x.finished_at
               FROM job_runs x
              WHERE x.job_id = j.id AND x.status <> 'idle'
-             ORDER BY x.first_barrier DESC LIMIT :per_job) r ON true
-     WHERE j.id = ANY(CAST(:ids AS bigint[]))
+             ORDER BY x.first_barrier DESC LIMIT %(per_job)s) r ON true
      ORDER BY j.name COLLATE "C", r.first_barrier DESC
     """
-)
 
 # For each (table, barrier): the range holding the table's state there and the run of that range's job
 # covering the barrier, with the input names the run recorded (idle runs record none).
@@ -253,49 +254,59 @@ def id_array(ids: Iterable[int]) -> str:
     return "{" + ",".join(map(str, ids)) + "}"
 
 
-async def walk(
-    session: AsyncSession, *, start: int, depth: int, upstream: bool, downstream: bool
-) -> list[tuple[bool, int, int, int | None]]:
-    """Every link a breadth-first walk from `start` may take within `depth` job hops, per direction asked:
-    (upstream?, near table, job reading it downstream or writing it upstream, table on the job's far side or None).
+async def _bulk(session: AsyncSession, query: str, params: Mapping[str, object] | None = None) -> list[Any]:
+    """The rows of a bulk read as plain tuples, straight from psycopg in binary format.
+
+    The statement runs on the session's connection, so inside its transaction and snapshot; tens of thousands of
+    rows skip SQLAlchemy's per-row wrapping. Driver errors are re-raised as SQLAlchemy's, so that `in_transaction`
+    turns outages and timeouts into 503s as for every other statement.
     """
-    result = await (await session.connection()).execute(
-        _WALK, {"start": start, "depth": depth, "up": upstream, "down": downstream}
-    )
-    return [(r[0], r[1], r[2], r[3]) for r in result]
+    raw = await (await session.connection()).get_raw_connection()
+    driver = raw.driver_connection
+    assert isinstance(driver, psycopg.AsyncConnection)
+    try:
+        async with driver.cursor(binary=True) as cursor:
+            await cursor.execute(query, params)
+            return await cursor.fetchall()
+    except psycopg.Error as exc:
+        raise DBAPIError.instance(query, params, exc, psycopg.Error) from exc
 
 
-async def edges_among(session: AsyncSession, *, job_ids: Iterable[int], table_ids: Iterable[int]) -> list[EdgeRow]:
-    """Current edges whose job and table are both in the given sets, by role, table and job."""
-    params = {"job_ids": id_array(job_ids), "table_ids": id_array(table_ids)}
-    result = await (await session.connection()).execute(_EDGES_AMONG, params)
-    return [EdgeRow._make(r) for r in result]
+async def walk(
+    session: AsyncSession, *, starts: Iterable[int], upstream: bool, depth: int, budget: int
+) -> list[LinkRow]:
+    """The links of a breadth-first walk from `starts`, level by level, for up to `depth` levels; no level is
+    computed past the one where the rows so far exceed `budget`. A link reachable at several levels comes once
+    per level."""
+    params = {"starts": id_array(starts), "depth": depth, "budget": budget}
+    return await _bulk(session, _WALK_UP if upstream else _WALK_DOWN, params)
 
 
-async def all_edges(session: AsyncSession) -> list[EdgeRow]:
+async def edges_of_jobs(session: AsyncSession, *, job_ids: Iterable[int]) -> list[EdgeTuple]:
+    """Every current edge of the given jobs, by role, table and job."""
+    return await _bulk(session, _JOB_EDGES, {"ids": id_array(job_ids)})
+
+
+async def all_edges(session: AsyncSession) -> list[EdgeTuple]:
     """Every current edge, by role, table and job."""
-    return [EdgeRow._make(r) for r in await (await session.connection()).execute(_ALL_EDGES)]
+    return await _bulk(session, _ALL_EDGES)
 
 
 async def all_table_ids(session: AsyncSession) -> list[int]:
     return [int(t) for t in await session.scalars(text("SELECT id FROM tables ORDER BY name"))]
 
 
-async def table_nodes(session: AsyncSession, *, table_ids: Iterable[int] | None) -> list[TableState]:
+async def table_nodes(session: AsyncSession, *, table_ids: Iterable[int] | None) -> list[TableNodeRow]:
     """The tables (all when `table_ids` is None) with their newest complete barrier and snapshot, by name."""
-    connection = await session.connection()
     if table_ids is None:
-        result = await connection.execute(_ALL_TABLE_NODES)
-    else:
-        result = await connection.execute(_TABLE_NODES_OF, {"ids": id_array(table_ids)})
-    return [TableState._make(r) for r in result]
+        return await _bulk(session, _ALL_TABLE_NODES)
+    return await _bulk(session, _TABLE_NODES_OF, {"ids": id_array(table_ids)})
 
 
 async def job_nodes(session: AsyncSession, *, job_ids: Iterable[int], per_job: int) -> list[JobNodeRow]:
     """The jobs by name, each with up to `per_job` newest non-idle runs (newest first; one row per run, or one
     row with empty run fields for a job without any)."""
-    result = await (await session.connection()).execute(_JOB_NODES, {"ids": id_array(job_ids), "per_job": per_job})
-    return [JobNodeRow._make(r) for r in result]
+    return await _bulk(session, _JOB_NODES, {"ids": id_array(job_ids), "per_job": per_job})
 
 
 async def table_ids_by_name(session: AsyncSession, *, names: Sequence[str]) -> dict[str, int]:

@@ -1,10 +1,11 @@
 """The lineage graph for admins: around one table (upstream, downstream or both, depth-limited) or whole.
 
 Walks are breadth-first over jobs with visited sets, so a diamond lattice costs one row per edge instead of one per
-path. The database returns every link within the depth in one statement and the walk is replayed here level by
-level, so the node cap cuts it exactly where a level-at-a-time walk would. The node count is capped; a capped
-answer says `truncated`. Answers run to tens of thousands of nodes, so they are built as plain JSON-ready data
-(the `LineageGraph` wire shape) from plain rows, never as validated models.
+path. One recursive statement per direction returns the links level by level (a second one only when the first
+stopped on its row budget before the walk was done), and the walk is replayed here level by level, so the node cap
+cuts it exactly where a level-at-a-time walk would. A capped answer says `truncated`. Answers run to tens of
+thousands of nodes, so they are built as plain JSON-ready data (the `LineageGraph` wire shape) from plain rows,
+never as validated models.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from metaservice.db.transaction import in_transaction
 from metaservice.errors import NotFound
 from metaservice.repositories import lineage as lineage_rows
 from metaservice.repositories import tables as table_rows
-from metaservice.repositories.lineage import EdgeRow, JobNodeRow
+from metaservice.repositories.lineage import EdgeTuple, JobNodeRow
 from metaservice.schemas import LineageDirection
 
 DEFAULT_DEPTH, MAX_DEPTH = 10, 100
@@ -110,7 +111,7 @@ class _Picked:
     tables: dict[int, None] = field(default_factory=dict)
     jobs: dict[int, None] = field(default_factory=dict)
     truncated: bool = False
-    edges: list[EdgeRow] | None = None
+    edges: list[EdgeTuple] | None = None
     all_tables: bool = False
 
     def room(self) -> bool:
@@ -122,56 +123,78 @@ class _Picked:
 
 @dataclass
 class _Links:
-    """One direction of the walk: the jobs each table leads to, and each job's tables on the far side (sorted)."""
+    """One direction of the walk: the jobs each table leads to, and each job's tables on the far side.
 
-    jobs_of: dict[int, list[int]] = field(default_factory=dict)
-    far_of: dict[int, list[int]] = field(default_factory=dict)
+    `known` is how many levels from the walk's start the links are complete for. Sets are dicts of ids, which the
+    garbage collector does not track (answers hold tens of thousands of them).
+    """
+
+    upstream: bool
+    known: int = 0
+    jobs_of: dict[int, dict[int, None]] = field(default_factory=dict)
+    far_of: dict[int, dict[int, None]] = field(default_factory=dict)
+
+    async def fetch(self, s: AsyncSession, *, frontier: Sequence[int], level: int, depth: int, budget: int) -> None:
+        """Add the links of up to `depth` - `level` levels beyond `frontier` (the tables reached at `level`)."""
+        jobs_of, far_of = self.jobs_of, self.far_of
+        deepest = total = 0
+        for row_level, rows_so_far, near, job, far in await lineage_rows.walk(
+            s, starts=frontier, upstream=self.upstream, depth=depth - level, budget=budget
+        ):
+            if row_level > deepest:
+                deepest, total = row_level, rows_so_far
+            jobs = jobs_of.get(near)
+            if jobs is None:
+                jobs_of[near] = jobs = {}
+            jobs[job] = None
+            tables = far_of.get(job)
+            if tables is None:
+                far_of[job] = tables = {}
+            if far is not None:
+                tables[far] = None
+        # past the budget, no level after the deepest one returned was computed
+        self.known = level + deepest if total > budget else depth
 
 
 async def _around(s: AsyncSession, *, start: int, direction: str, depth: int, max_nodes: int) -> _Picked:
     picked = _Picked(max_nodes)
     picked.tables[start] = None
     ways = {"upstream": (True,), "downstream": (False,), "both": (True, False)}[direction]
-    links = {True: _Links(), False: _Links()}
-    for upstream, near, job, far in await lineage_rows.walk(
-        s, start=start, depth=depth, upstream=True in ways, downstream=False in ways
-    ):
-        way = links[upstream]
-        jobs = way.jobs_of.setdefault(near, [])
-        if job not in jobs:
-            jobs.append(job)
-        tables = way.far_of.setdefault(job, [])
-        if far is not None and far not in tables:
-            tables.append(far)
-    for way in links.values():
-        for tables in way.far_of.values():
-            tables.sort()
     for upstream in ways:  # upstream first, as the picked sets are shared
-        frontier = [start]
-        for _ in range(depth):
+        links = _Links(upstream)
+        frontier: list[int] = [start]
+        for level in range(depth):
             if not frontier or picked.truncated:
                 break
-            frontier = _take_level(picked, frontier, links[upstream])
+            if level >= links.known:
+                await links.fetch(s, frontier=frontier, level=level, depth=depth, budget=max_nodes)
+            frontier = _take_level(picked, frontier, links)
     return picked
 
 
 def _take_level(picked: _Picked, frontier: Sequence[int], links: _Links) -> list[int]:
-    """Add the level's new jobs and the new tables beyond them; returns those tables (the next frontier)."""
-    level = sorted({job for table in frontier for job in links.jobs_of.get(table, ())})
-    tables, jobs = picked.tables, picked.jobs
+    """Add the level's new jobs, each followed by the new tables beyond it, by id; returns those tables (the next
+    frontier). Over the cap, marks the walk truncated."""
+    jobs_of, far_of, tables, jobs = links.jobs_of, links.far_of, picked.tables, picked.jobs
+    level = sorted({job for table in frontier for job in jobs_of.get(table, ())})
+    room = picked.max_nodes - len(tables) - len(jobs)
     beyond: list[int] = []
     for job_id in level:
         if job_id in jobs:
             continue
-        if not picked.room():
+        if room <= 0:
+            picked.truncated = True
             return []
         jobs[job_id] = None
-        for table_id in links.far_of[job_id]:
+        room -= 1
+        for table_id in sorted(far_of[job_id]):
             if table_id in tables:
                 continue
-            if not picked.room():
+            if room <= 0:
+                picked.truncated = True
                 return []
             tables[table_id] = None
+            room -= 1
             beyond.append(table_id)
     return beyond
 
@@ -181,7 +204,7 @@ async def _whole(s: AsyncSession, *, max_nodes: int) -> _Picked:
     picked = _Picked(max_nodes)
     edges = await lineage_rows.all_edges(s)
     tables = await lineage_rows.all_table_ids(s)
-    jobs = sorted({e.job_id for e in edges})
+    jobs = sorted({job_id for job_id, _, _ in edges})
     if len(tables) + len(jobs) <= max_nodes:
         picked.tables = dict.fromkeys(tables)
         picked.jobs = dict.fromkeys(jobs)
@@ -195,13 +218,13 @@ async def _whole(s: AsyncSession, *, max_nodes: int) -> _Picked:
     return picked
 
 
-def _topological(tables: Sequence[int], jobs: Sequence[int], edges: Sequence[EdgeRow]) -> list[tuple[str, int]]:
+def _topological(tables: Sequence[int], jobs: Sequence[int], edges: Sequence[EdgeTuple]) -> list[tuple[str, int]]:
     """Kahn's order over tables and jobs, level by level, starting with roots and jobs that read nothing."""
     successors: dict[tuple[str, int], list[tuple[str, int]]] = defaultdict(list)
     indegree: dict[tuple[str, int], int] = {("table", t): 0 for t in tables} | {("job", j): 0 for j in jobs}
-    for e in edges:
-        a, b = (("table", e.table_id), ("job", e.job_id))
-        tail, head = (a, b) if e.role == "source" else (b, a)
+    for job_id, table_id, role in edges:
+        a, b = (("table", table_id), ("job", job_id))
+        tail, head = (a, b) if role == "source" else (b, a)
         successors[tail].append(head)
         indegree[head] = indegree.get(head, 0) + 1
         indegree.setdefault(tail, 0)
@@ -223,33 +246,35 @@ async def _annotate(
     """The answer: tables then jobs, each by name, with their states; then the edges among them."""
     edges = picked.edges
     if edges is None:
-        edges = await lineage_rows.edges_among(s, job_ids=picked.jobs, table_ids=picked.tables)
+        edges = await lineage_rows.edges_of_jobs(s, job_ids=picked.jobs) if picked.jobs else []
     states = await lineage_rows.table_nodes(s, table_ids=None if picked.all_tables else picked.tables)
     jobs = await lineage_rows.job_nodes(s, job_ids=picked.jobs, per_job=RECENT_RUNS_PER_JOB) if picked.jobs else []
     now = await lineage_rows.db_now(s)
-    table_ids = {t.id: f"table:{t.name}" for t in states}
-    nodes: list[TableNodeData | JobNodeData] = [
-        {
-            "id": table_ids[t.id],
-            "kind": "table",
-            "name": t.name,
-            "table_kind": "intermediate" if t.has_writer else "root",
-            "format": t.format,
-            "latest_snapshot_id": t.latest_snapshot_id,
-            "newest_complete_barrier": t.barrier,
-            "newest_complete_snapshot_id": t.snapshot_id,
-            "newest_complete_issued_at": t.issued_at,
-            "delay_seconds": None if t.issued_at is None else (now - t.issued_at).total_seconds(),
-        }
-        for t in states
-    ]
+    table_ids: dict[int, str] = {}
+    nodes: list[TableNodeData | JobNodeData] = []
+    for table_id, name, fmt, has_writer, latest, barrier, snapshot, issued_at in states:
+        table_ids[table_id] = node_id = f"table:{name}"
+        nodes.append(
+            {
+                "id": node_id,
+                "kind": "table",
+                "name": name,
+                "table_kind": "intermediate" if has_writer else "root",
+                "format": fmt,
+                "latest_snapshot_id": latest,
+                "newest_complete_barrier": barrier,
+                "newest_complete_snapshot_id": snapshot,
+                "newest_complete_issued_at": issued_at,
+                "delay_seconds": None if issued_at is None else (now - issued_at).total_seconds(),
+            }
+        )
     job_ids = _job_nodes(jobs, into=nodes)
     wire_edges: list[EdgeData] = []
-    for e in edges:
-        t, j = table_ids.get(e.table_id), job_ids.get(e.job_id)
+    for job_id, table_id, role in edges:
+        t, j = table_ids.get(table_id), job_ids.get(job_id)
         if t is None or j is None:
             continue
-        wire_edges.append({"from": t, "to": j} if e.role == "source" else {"from": j, "to": t})
+        wire_edges.append({"from": t, "to": j} if role == "source" else {"from": j, "to": t})
     return {
         "table": table,
         "direction": direction,
@@ -264,28 +289,27 @@ def _job_nodes(rows: Iterable[JobNodeRow], *, into: list[TableNodeData | JobNode
     """Append one node per job (rows come one per recent run, by job name); returns the node id of each job."""
     ids: dict[int, str] = {}
     runs: list[RunTimingData] = []
-    for r in rows:
-        if r.id not in ids:
-            ids[r.id] = node_id = f"job:{r.name}"
+    for job_id, name, is_active, last_barrier, lag, first, barrier, status, ready, started, finished in rows:
+        if job_id not in ids:
+            ids[job_id] = node_id = f"job:{name}"
             runs = []
             into.append(
                 {
                     "id": node_id,
                     "kind": "job",
-                    "name": r.name,
-                    "is_active": r.is_active,
-                    "last_barrier": r.last_barrier,
-                    "lag_seconds": None if r.lag is None else float(r.lag),
+                    "name": name,
+                    "is_active": is_active,
+                    "last_barrier": last_barrier,
+                    "lag_seconds": lag,
                     "recent_runs": runs,
                 }
             )
-        if r.first_barrier is not None and r.barrier is not None and r.status is not None:
-            ready, started, finished = r.inputs_ready_at, r.started_at, r.finished_at
+        if first is not None and barrier is not None and status is not None:
             runs.append(
                 {
-                    "first_barrier": r.first_barrier,
-                    "barrier": r.barrier,
-                    "status": r.status,
+                    "first_barrier": first,
+                    "barrier": barrier,
+                    "status": status,
                     "inputs_ready_at": ready,
                     "started_at": started,
                     "finished_at": finished,

@@ -7,6 +7,7 @@ from typing import Any
 import httpx
 import pytest
 
+from metaservice.schemas import LineageGraph
 from tests.api.test_delays import AUDIT, CUSTOMERS, DIAMOND, DIM, ENRICHED, ORDERS, REVENUE, Driver
 
 Graph = dict[str, Any]
@@ -15,6 +16,8 @@ Graph = dict[str, Any]
 def lineage(api: httpx.Client, **params: Any) -> Graph:
     response = api.get("/lineage", params=params)
     assert response.status_code == 200, response.text
+    # built from plain rows, the answer is byte for byte what the wire model serialises
+    assert LineageGraph.model_validate_json(response.content).model_dump_json().encode() == response.content
     graph: Graph = response.json()
     ids = [n["id"] for n in graph["nodes"]]
     edges = [(e["from"], e["to"]) for e in graph["edges"]]
@@ -109,6 +112,27 @@ def test_diamond_lattice_has_each_node_and_edge_once(api: httpx.Client) -> None:
     assert {n["id"] for n in down["nodes"] if n["kind"] == "table"} == {"table:lake.l0.t0"} | {
         f"table:lake.l{lvl}.t{i}" for lvl in (1, 2, 3) for i in range(width)
     }
+
+
+def test_caps_around_the_size_of_a_lattice_cut_exactly_where_a_level_walk_would(api: httpx.Client) -> None:
+    """A lattice has more links than nodes, so the database walk stops on its row budget and goes on later."""
+    width, levels = 4, 5
+    lattice: dict[str, tuple[list[str], list[str]]] = {}
+    for level in range(levels):
+        below = [f"lake.l{level}.t{i}" for i in range(width)]
+        for i in range(width):
+            lattice[f"j{level}_{i}"] = (below, [f"lake.l{level + 1}.t{i}"])
+    Driver(api, lattice)
+    whole = lineage(api, table="lake.l5.t0", direction="upstream", depth=100)
+    size = len(whole["nodes"])
+    assert size == 1 + 2 * width * levels - (width - 1) and whole["truncated"] is False
+    assert lineage(api, table="lake.l5.t0", direction="upstream", depth=100, max_nodes=size) == whole
+    for cap in (size - 1, width + 3, 2):
+        capped = lineage(api, table="lake.l5.t0", direction="upstream", depth=100, max_nodes=cap)
+        assert capped["truncated"] is True and len(capped["nodes"]) == cap
+        assert node_ids(capped) < node_ids(whole)
+    down = lineage(api, table="lake.l0.t0", direction="both", depth=3, max_nodes=9)
+    assert down["truncated"] is True and len(down["nodes"]) == 9
 
 
 def test_nodes_carry_freshness_and_recent_timings(diamond: Driver) -> None:
