@@ -46,9 +46,7 @@ def _measure(ctx: Context, *, database: str, chains: int, barrier_count: int) ->
         )
     # the one statement of a strong answer with no aborted barrier to step back over (names as an array literal)
     plans = {
-        "frontier": cluster.explain(
-            url, cluster.psycopg_sql(version_sql._BY_NAME), {"names": "{" + ",".join(tables) + "}", "strong": True}
-        ),
+        "frontier": cluster.explain(url, version_sql._BY_NAME, {"names": "{" + ",".join(tables) + "}", "strong": True}),
     }
     sizes = cluster.sizes(url, ["snapshot_ranges", "barriers"])
     ctx.cluster.drop_database(database)

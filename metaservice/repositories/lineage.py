@@ -9,15 +9,15 @@ batches.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-import psycopg
 from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, BIGINT
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
+
+from metaservice.repositories.driver import fetch_all
 
 _IDS = ARRAY(BIGINT)
 
@@ -254,24 +254,6 @@ def id_array(ids: Iterable[int]) -> str:
     return "{" + ",".join(map(str, ids)) + "}"
 
 
-async def _bulk(session: AsyncSession, query: str, params: Mapping[str, object] | None = None) -> list[Any]:
-    """The rows of a bulk read as plain tuples, straight from psycopg in binary format.
-
-    The statement runs on the session's connection, so inside its transaction and snapshot; tens of thousands of
-    rows skip SQLAlchemy's per-row wrapping. Driver errors are re-raised as SQLAlchemy's, so that `in_transaction`
-    turns outages and timeouts into 503s as for every other statement.
-    """
-    raw = await (await session.connection()).get_raw_connection()
-    driver = raw.driver_connection
-    assert isinstance(driver, psycopg.AsyncConnection)
-    try:
-        async with driver.cursor(binary=True) as cursor:
-            await cursor.execute(query, params)
-            return await cursor.fetchall()
-    except psycopg.Error as exc:
-        raise DBAPIError.instance(query, params, exc, psycopg.Error) from exc
-
-
 async def walk(
     session: AsyncSession, *, starts: Iterable[int], upstream: bool, depth: int, budget: int
 ) -> list[LinkRow]:
@@ -279,17 +261,17 @@ async def walk(
     computed past the one where the rows so far exceed `budget`. A link reachable at several levels comes once
     per level."""
     params = {"starts": id_array(starts), "depth": depth, "budget": budget}
-    return await _bulk(session, _WALK_UP if upstream else _WALK_DOWN, params)
+    return await fetch_all(session, _WALK_UP if upstream else _WALK_DOWN, params)
 
 
 async def edges_of_jobs(session: AsyncSession, *, job_ids: Iterable[int]) -> list[EdgeTuple]:
     """Every current edge of the given jobs, by role, table and job."""
-    return await _bulk(session, _JOB_EDGES, {"ids": id_array(job_ids)})
+    return await fetch_all(session, _JOB_EDGES, {"ids": id_array(job_ids)})
 
 
 async def all_edges(session: AsyncSession) -> list[EdgeTuple]:
     """Every current edge, by role, table and job."""
-    return await _bulk(session, _ALL_EDGES)
+    return await fetch_all(session, _ALL_EDGES)
 
 
 async def all_table_ids(session: AsyncSession) -> list[int]:
@@ -299,14 +281,14 @@ async def all_table_ids(session: AsyncSession) -> list[int]:
 async def table_nodes(session: AsyncSession, *, table_ids: Iterable[int] | None) -> list[TableNodeRow]:
     """The tables (all when `table_ids` is None) with their newest complete barrier and snapshot, by name."""
     if table_ids is None:
-        return await _bulk(session, _ALL_TABLE_NODES)
-    return await _bulk(session, _TABLE_NODES_OF, {"ids": id_array(table_ids)})
+        return await fetch_all(session, _ALL_TABLE_NODES)
+    return await fetch_all(session, _TABLE_NODES_OF, {"ids": id_array(table_ids)})
 
 
 async def job_nodes(session: AsyncSession, *, job_ids: Iterable[int], per_job: int) -> list[JobNodeRow]:
     """The jobs by name, each with up to `per_job` newest non-idle runs (newest first; one row per run, or one
     row with empty run fields for a job without any)."""
-    return await _bulk(session, _JOB_NODES, {"ids": id_array(job_ids), "per_job": per_job})
+    return await fetch_all(session, _JOB_NODES, {"ids": id_array(job_ids), "per_job": per_job})
 
 
 async def table_ids_by_name(session: AsyncSession, *, names: Sequence[str]) -> dict[str, int]:

@@ -2,8 +2,8 @@
 
 `POST /versions` is a hot read path, so the common answer costs one statement: the component walk (recursive
 CTE), every table's newest range, the candidate barrier and the range covering it come back together. Only
-barriers blocked by aborted ranges cost one more statement per step back. Rows are plain tuples, never ORM
-objects.
+barriers blocked by aborted ranges cost one more statement per step back. Statements go straight through the
+driver (`repositories/driver.py`) and rows are plain tuples, never ORM objects.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import TextClause, bindparam, text
-from sqlalchemy.dialects.postgresql import ARRAY, BIGINT, TEXT
 from sqlalchemy.ext.asyncio import AsyncSession
+
+from metaservice.repositories.driver import fetch_all
 
 
 class Standing(NamedTuple):
@@ -40,7 +40,7 @@ class Frontier(NamedTuple):
     tables: list[Standing]
 
 
-# The scope grows through jobs in both directions (tables sharing a job are one component) when :strong;
+# The scope grows through jobs in both directions (tables sharing a job are one component) when strong;
 # `UNION` gives set semantics, so a diamond costs one row per table, not one per path. A range covers the
 # candidate when it is the newest one starting at or before it and is open or ends at or after it.
 _FRONTIER = """
@@ -55,7 +55,7 @@ _FRONTIER = """
                 SELECT other.table_id
                   FROM lineage_edges mine
                   JOIN lineage_edges other ON other.job_id = mine.job_id
-                 WHERE mine.table_id = scope.table_id AND :strong
+                 WHERE mine.table_id = scope.table_id AND %(strong)s
                 OFFSET 0) linked
     ),
     head AS (SELECT max(barrier) AS barrier FROM barriers),
@@ -86,25 +86,20 @@ _FRONTIER = """
              ORDER BY s.first_barrier DESC LIMIT 1) c ON true
     """
 
-_BY_NAME: TextClause = text(
-    _FRONTIER.format(
-        asked="SELECT t.id, t.name FROM unnest(CAST(:names AS text[])) AS a(name) JOIN tables t ON t.name = a.name"
-    )
-).bindparams(bindparam("names", type_=ARRAY(TEXT)))
+_BY_NAME = _FRONTIER.format(
+    asked="SELECT t.id, t.name FROM unnest(CAST(%(names)s AS text[])) AS a(name) JOIN tables t ON t.name = a.name"
+)
 
-_BY_ID: TextClause = text(
-    _FRONTIER.format(
-        asked="SELECT t.id, t.name FROM unnest(CAST(:ids AS bigint[])) AS a(id) JOIN tables t ON t.id = a.id"
-    )
-).bindparams(bindparam("ids", type_=ARRAY(BIGINT)))
+_BY_ID = _FRONTIER.format(
+    asked="SELECT t.id, t.name FROM unnest(CAST(%(ids)s AS bigint[])) AS a(id) JOIN tables t ON t.id = a.id"
+)
 
-# One step back past aborted ranges: the last barrier issued before :before, and what covers it in each table.
-_STEP_BACK: TextClause = text(
-    """
-    WITH previous AS (SELECT max(barrier) AS barrier FROM barriers WHERE barrier < :before)
+# One step back past aborted ranges: the last barrier issued before %(before)s, and what covers it in each table.
+_STEP_BACK = """
+    WITH previous AS (SELECT max(barrier) AS barrier FROM barriers WHERE barrier < %(before)s)
     SELECT t.table_id, previous.barrier, c.first_barrier, c.snapshot_id, c.holds
       FROM previous
-      CROSS JOIN unnest(CAST(:table_ids AS bigint[])) AS t(table_id)
+      CROSS JOIN unnest(CAST(%(table_ids)s AS bigint[])) AS t(table_id)
       LEFT JOIN LATERAL (
             SELECT s.first_barrier, s.snapshot_id,
                    s.last_barrier IS NULL OR s.last_barrier >= previous.barrier AS holds
@@ -112,7 +107,6 @@ _STEP_BACK: TextClause = text(
              WHERE s.table_id = t.table_id AND s.first_barrier <= previous.barrier
              ORDER BY s.first_barrier DESC LIMIT 1) c ON true
     """
-).bindparams(bindparam("table_ids", type_=ARRAY(BIGINT)))
 
 
 def _frontier(rows: Sequence[Any]) -> Frontier:
@@ -123,21 +117,19 @@ def _frontier(rows: Sequence[Any]) -> Frontier:
 
 async def frontier(session: AsyncSession, *, names: Sequence[str], strong: bool) -> Frontier:
     """The tables called `names` (those registered) and, when `strong`, every table of their components."""
-    result = await (await session.connection()).execute(_BY_NAME, {"names": list(names), "strong": strong})
-    return _frontier(result.all())
+    return _frontier(await fetch_all(session, _BY_NAME, {"names": list(names), "strong": strong}))
 
 
 async def frontier_of_ids(session: AsyncSession, *, table_ids: Sequence[int], strong: bool) -> Frontier:
     """Like `frontier`, for tables known by id."""
-    result = await session.execute(_BY_ID, {"ids": list(table_ids), "strong": strong})
-    return _frontier(result.all())
+    return _frontier(await fetch_all(session, _BY_ID, {"ids": list(table_ids), "strong": strong}))
 
 
 async def step_back(
     session: AsyncSession, *, table_ids: Sequence[int], before: int
 ) -> tuple[int | None, dict[int, Standing]]:
     """The last barrier issued before `before` (None: none) and, for each table, the range covering it."""
-    rows = (await session.execute(_STEP_BACK, {"table_ids": list(table_ids), "before": before})).all()
+    rows = await fetch_all(session, _STEP_BACK, {"table_ids": list(table_ids), "before": before})
     barrier = rows[0][1] if rows else None
     if barrier is None:
         return None, {}
