@@ -64,15 +64,14 @@ def _explain(url: str, ids: dict[str, list[int]]) -> dict[str, list[str]]:
     wanted: dict[str, tuple[str, dict[str, Any]]] = {
         "_WALK_DOWN (fan-out root)": (
             "_WALK_DOWN",
-            {"starts": lineage_sql.id_array(ids["fan_root"]), "depth": DEPTH, "budget": cap},
+            {"starts": lineage_sql.id_array(ids["fan_root"]), "depth": DEPTH, "budget": cap, "first": cap + 1},
         ),
         "_WALK_UP (lattice, last layer)": (
             "_WALK_UP",
-            {"starts": lineage_sql.id_array(ids["lattice_last"][:1]), "depth": DEPTH, "budget": cap},
+            {"starts": lineage_sql.id_array(ids["lattice_last"][:1]), "depth": DEPTH, "budget": cap, "first": cap + 1},
         ),
         "_TABLE_NODES_OF (fan-out, default cap)": ("_TABLE_NODES_OF", {"ids": fan_tables}),
         "_JOB_NODES (fan-out, default cap)": ("_JOB_NODES", {"ids": fan_jobs, "per_job": lineage.RECENT_RUNS_PER_JOB}),
-        "_JOB_EDGES (fan-out, default cap)": ("_JOB_EDGES", {"ids": fan_jobs}),
     }
     plans: dict[str, list[str]] = {}
     for label, (name, params) in wanted.items():

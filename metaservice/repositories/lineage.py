@@ -38,9 +38,8 @@ class TableState(NamedTuple):
 # Lineage graph rows are plain tuples: an answer holds tens of thousands of them, and exact tuples of scalars are
 # the one container the garbage collector stops tracking (named tuples stay tracked and make every full
 # collection walk them).
-LinkRow = tuple[int, int, int, int, "int | None"]
-"""(level, rows up to that level, near table, job reading it downstream or writing it upstream, table on the job's
-far side or None)."""
+WalkRow = tuple[int, int, int, int, str]
+"""(level, rows up to that level, job, table, role): one edge of a job a walk reached at that level."""
 EdgeTuple = tuple[int, int, str]
 """(job, table, role)."""
 TableNodeRow = tuple[int, str, "str | None", bool, "int | None", "int | None", "int | None", "datetime | None"]
@@ -109,32 +108,38 @@ _ALL_TABLE_STATES = text(_TABLE_STATES)
 # join a few thousand ids, a cost that grows with the catalog instead of the answer). Ids come as one array, and
 # nodes come back in answer order: by name, in code point order like Python's sort (C collation).
 
-# The links of a breadth-first walk from the tables %(starts)s, level by level for up to %(depth)s levels: level 1
-# holds the jobs reading (downstream) or writing (upstream) a start table with the tables on their far side (NULL:
-# none), level L + 1 the same from the far tables of level L. `UNION` keeps one row per link and level, so a
+# A breadth-first walk from the tables %(starts)s, level by level for up to %(depth)s levels: level 1 holds every
+# edge of the jobs reading (downstream) or writing (upstream) a start table, level L + 1 every edge of the jobs
+# reading (writing) a table on the far side of a level L job. `UNION` keeps one row per edge and level, so a
 # diamond lattice costs one row per edge and level, never one per path. `total` counts the rows of the levels so
-# far; once it passes %(budget)s no further level is computed (the caller asks again from where it needs to go on).
+# far; once it passes %(budget)s no further level is computed (the caller asks again from where it needs to go
+# on). Level 1 holds at most %(first)s jobs, the first by id (NULL: all).
 _WALK = """
-    WITH RECURSIVE walk(level, total, near, job_id, far) AS (
-        SELECT 0, CAST(0 AS bigint), CAST(NULL AS bigint), CAST(NULL AS bigint), s.id
-          FROM unnest(CAST(%(starts)s AS bigint[])) AS s(id)
+    WITH RECURSIVE walk(level, total, job_id, table_id, role) AS (
+        SELECT 1, count(*) OVER (), e.job_id, e.table_id, e.role
+          FROM (SELECT DISTINCT here.job_id
+                  FROM unnest(CAST(%(starts)s AS bigint[])) AS s(id)
+                  JOIN lineage_edges here ON here.table_id = s.id AND here.role = '{near}'
+                 ORDER BY here.job_id LIMIT %(first)s) j
+          CROSS JOIN LATERAL (
+                SELECT x.job_id, x.table_id, x.role FROM lineage_edges x WHERE x.job_id = j.job_id OFFSET 0) e
+         WHERE %(depth)s > 0
         UNION
-        SELECT walk.level + 1, walk.total + count(*) OVER (), step.near, step.job_id, step.far
+        SELECT walk.level + 1, walk.total + count(*) OVER (), e.job_id, e.table_id, e.role
           FROM walk
           CROSS JOIN LATERAL (
-                SELECT here.table_id AS near, here.job_id, there.table_id AS far
+                SELECT x.job_id, x.table_id, x.role
                   FROM lineage_edges here
-                  LEFT JOIN LATERAL (
-                        SELECT x.table_id FROM lineage_edges x WHERE x.job_id = here.job_id AND x.role = '{far}'
-                        OFFSET 0) there ON true
-                 WHERE here.table_id = walk.far AND here.role = '{near}'
-                OFFSET 0) step
-         WHERE walk.level < %(depth)s AND walk.total <= %(budget)s
+                  JOIN lineage_edges x ON x.job_id = here.job_id
+                 WHERE here.table_id = walk.table_id AND here.role = '{near}'
+                OFFSET 0) e
+         WHERE walk.role = '{far}' AND walk.level < %(depth)s AND walk.total <= %(budget)s
     )
-    SELECT level, total, near, job_id, far FROM walk WHERE level > 0
+    SELECT level, total, job_id, table_id, role FROM walk
     """
 _WALK_DOWN = _WALK.format(near="source", far="sink")
 _WALK_UP = _WALK.format(near="sink", far="source")
+_CLOCK_AND_TABLE = "SELECT now(), (SELECT id FROM tables WHERE name = %(name)s)"
 
 # Newest range holding a snapshot; an open range (roots) holds through the newest barrier issued.
 _TABLE_NODES_OF = """
@@ -254,13 +259,21 @@ def id_array(ids: Iterable[int]) -> str:
     return "{" + ",".join(map(str, ids)) + "}"
 
 
+async def clock_and_table(session: AsyncSession, *, name: str | None) -> tuple[datetime, int | None]:
+    """The database clock at the start of the transaction (every delay is measured against it) and the id of the
+    table called `name` (None: not registered), in one round trip."""
+    ((now, table_id),) = await fetch_all(session, _CLOCK_AND_TABLE, {"name": name})
+    assert isinstance(now, datetime)
+    return now, table_id
+
+
 async def walk(
-    session: AsyncSession, *, starts: Iterable[int], upstream: bool, depth: int, budget: int
-) -> list[LinkRow]:
-    """The links of a breadth-first walk from `starts`, level by level, for up to `depth` levels; no level is
-    computed past the one where the rows so far exceed `budget`. A link reachable at several levels comes once
-    per level."""
-    params = {"starts": id_array(starts), "depth": depth, "budget": budget}
+    session: AsyncSession, *, starts: Iterable[int], upstream: bool, depth: int, budget: int, first: int | None
+) -> list[WalkRow]:
+    """Every edge of the jobs a breadth-first walk from `starts` reaches, level by level, for up to `depth` levels;
+    no level is computed past the one where the rows so far exceed `budget`, and level 1 holds at most `first`
+    jobs (the first by id; None: all). An edge reachable at several levels comes once per level."""
+    params = {"starts": id_array(starts), "depth": depth, "budget": budget, "first": first}
     return await fetch_all(session, _WALK_UP if upstream else _WALK_DOWN, params)
 
 

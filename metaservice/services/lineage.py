@@ -10,8 +10,10 @@ never as validated models.
 
 from __future__ import annotations
 
+import gc
 from collections import defaultdict, deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, TypedDict
@@ -21,8 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from metaservice.db.transaction import in_transaction
 from metaservice.errors import NotFound
 from metaservice.repositories import lineage as lineage_rows
-from metaservice.repositories import tables as table_rows
-from metaservice.repositories.lineage import EdgeTuple, JobNodeRow
+from metaservice.repositories.lineage import EdgeTuple, JobNodeRow, WalkRow
 from metaservice.schemas import LineageDirection
 
 DEFAULT_DEPTH, MAX_DEPTH = 10, 100
@@ -88,16 +89,38 @@ async def lineage_graph(
     """Tables, jobs and current edges around `table` within `depth` job hops, or the whole graph (table None)."""
 
     async def work(s: AsyncSession) -> LineageGraphData:
+        now, start = await lineage_rows.clock_and_table(s, name=table)
         if table is None:
             picked = await _whole(s, max_nodes=max_nodes)
+        elif start is None:
+            raise NotFound(f"table {table!r} is not registered", table=table)
         else:
-            row = await table_rows.get(s, name=table)
-            if row is None:
-                raise NotFound(f"table {table!r} is not registered", table=table)
-            picked = await _around(s, start=row.id, direction=direction, depth=depth, max_nodes=max_nodes)
-        return await _annotate(s, picked, table=table, direction=direction, depth=None if table is None else depth)
+            picked = await _around(s, start=start, direction=direction, depth=depth, max_nodes=max_nodes)
+        return await _annotate(
+            s, picked, now=now, table=table, direction=direction, depth=None if table is None else depth
+        )
 
-    return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
+    with _collection_paused():
+        return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
+
+
+@contextmanager
+def _collection_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while an answer is built.
+
+    An answer is tens of thousands of short-lived containers (rows, nodes) that reference counting frees when the
+    request ends. Collections while they are alive only promote them to the oldest generation, which then brings
+    collections of the whole heap, tens of milliseconds each: the slowest percentiles of this endpoint. Paused
+    only when it was running (a concurrent build may have paused it already).
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @dataclass
@@ -123,7 +146,8 @@ class _Picked:
 
 @dataclass
 class _Links:
-    """One direction of the walk: the jobs each table leads to, and each job's tables on the far side.
+    """One direction of the walk: the jobs each table leads to, each job's tables on the far side, and every edge
+    of the jobs reached.
 
     `known` is how many levels from the walk's start the links are complete for. Sets are dicts of ids, which the
     garbage collector does not track (answers hold tens of thousands of them).
@@ -133,33 +157,48 @@ class _Links:
     known: int = 0
     jobs_of: dict[int, dict[int, None]] = field(default_factory=dict)
     far_of: dict[int, dict[int, None]] = field(default_factory=dict)
+    rows: list[WalkRow] = field(default_factory=list)
 
-    async def fetch(self, s: AsyncSession, *, frontier: Sequence[int], level: int, depth: int, budget: int) -> None:
-        """Add the links of up to `depth` - `level` levels beyond `frontier` (the tables reached at `level`)."""
+    async def fetch(self, s: AsyncSession, *, frontier: Sequence[int], level: int, depth: int, max_nodes: int) -> None:
+        """Add the links of up to `depth` - `level` levels beyond `frontier` (the tables reached at `level`).
+
+        From the start, only the first `max_nodes` + 1 jobs (by id) of level 1 can matter: every job takes a
+        place, so the walk is full before any later one.
+        """
+        near_role = "sink" if self.upstream else "source"
         jobs_of, far_of = self.jobs_of, self.far_of
+        rows = await lineage_rows.walk(
+            s,
+            starts=frontier,
+            upstream=self.upstream,
+            depth=depth - level,
+            budget=max_nodes,
+            first=max_nodes + 1 if level == 0 else None,
+        )
+        self.rows += rows
         deepest = total = 0
-        for row_level, rows_so_far, near, job, far in await lineage_rows.walk(
-            s, starts=frontier, upstream=self.upstream, depth=depth - level, budget=budget
-        ):
+        for row_level, rows_so_far, job, table, role in rows:
             if row_level > deepest:
                 deepest, total = row_level, rows_so_far
-            jobs = jobs_of.get(near)
-            if jobs is None:
-                jobs_of[near] = jobs = {}
-            jobs[job] = None
             tables = far_of.get(job)
             if tables is None:
                 far_of[job] = tables = {}
-            if far is not None:
-                tables[far] = None
+            if role == near_role:
+                jobs = jobs_of.get(table)
+                if jobs is None:
+                    jobs_of[table] = jobs = {}
+                jobs[job] = None
+            else:
+                tables[table] = None
         # past the budget, no level after the deepest one returned was computed
-        self.known = level + deepest if total > budget else depth
+        self.known = level + deepest if total > max_nodes else depth
 
 
 async def _around(s: AsyncSession, *, start: int, direction: str, depth: int, max_nodes: int) -> _Picked:
     picked = _Picked(max_nodes)
     picked.tables[start] = None
     ways = {"upstream": (True,), "downstream": (False,), "both": (True, False)}[direction]
+    walked: list[WalkRow] = []
     for upstream in ways:  # upstream first, as the picked sets are shared
         links = _Links(upstream)
         frontier: list[int] = [start]
@@ -167,8 +206,13 @@ async def _around(s: AsyncSession, *, start: int, direction: str, depth: int, ma
             if not frontier or picked.truncated:
                 break
             if level >= links.known:
-                await links.fetch(s, frontier=frontier, level=level, depth=depth, budget=max_nodes)
+                await links.fetch(s, frontier=frontier, level=level, depth=depth, max_nodes=max_nodes)
             frontier = _take_level(picked, frontier, links)
+        walked += links.rows
+    # the walk brought every edge of every job picked; keep those among picked nodes, by role, table and job
+    jobs, tables = picked.jobs, picked.tables
+    among = {(role, table, job) for _, _, job, table, role in walked if job in jobs and table in tables}
+    picked.edges = [(job, table, role) for role, table, job in sorted(among)]
     return picked
 
 
@@ -241,7 +285,13 @@ def _topological(tables: Sequence[int], jobs: Sequence[int], edges: Sequence[Edg
 
 
 async def _annotate(
-    s: AsyncSession, picked: _Picked, *, table: str | None, direction: LineageDirection, depth: int | None
+    s: AsyncSession,
+    picked: _Picked,
+    *,
+    now: datetime,
+    table: str | None,
+    direction: LineageDirection,
+    depth: int | None,
 ) -> LineageGraphData:
     """The answer: tables then jobs, each by name, with their states; then the edges among them."""
     edges = picked.edges
@@ -249,7 +299,6 @@ async def _annotate(
         edges = await lineage_rows.edges_of_jobs(s, job_ids=picked.jobs) if picked.jobs else []
     states = await lineage_rows.table_nodes(s, table_ids=None if picked.all_tables else picked.tables)
     jobs = await lineage_rows.job_nodes(s, job_ids=picked.jobs, per_job=RECENT_RUNS_PER_JOB) if picked.jobs else []
-    now = await lineage_rows.db_now(s)
     table_ids: dict[int, str] = {}
     nodes: list[TableNodeData | JobNodeData] = []
     for table_id, name, fmt, has_writer, latest, barrier, snapshot, issued_at in states:
