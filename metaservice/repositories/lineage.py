@@ -1,10 +1,10 @@
 """SQL for admin insight: lineage walks, table freshness, critical-path steps and metric figures.
 
-A lineage walk is one recursive statement that returns every link within the depth (the caller replays the
-breadth-first walk with its visited sets and node cap), so diamond lattices cost one row per edge and level, never
-one per path. The graph's node states come back as plain rows in a few set-based statements, already in answer
-order; thousands of ids are sent as one array literal. Every function takes and returns ids; names are resolved in
-batches.
+A lineage walk is one recursive statement that returns every edge of the jobs within the depth, level by level,
+until a row budget (the caller replays the breadth-first walk with its visited sets and node cap, and asks again
+only if it needs more), so diamond lattices cost one row per edge and level, never one per path. The graph's node
+states come back as plain rows in two set-based statements, already in answer order; thousands of ids are sent as
+one array literal. Every function takes and returns ids; names are resolved in batches.
 """
 
 from __future__ import annotations
@@ -113,14 +113,17 @@ _ALL_TABLE_STATES = text(_TABLE_STATES)
 # reading (writing) a table on the far side of a level L job. `UNION` keeps one row per edge and level, so a
 # diamond lattice costs one row per edge and level, never one per path. `total` counts the rows of the levels so
 # far; once it passes %(budget)s no further level is computed (the caller asks again from where it needs to go
-# on). Level 1 holds at most %(first)s jobs, the first by id (NULL: all).
+# on). Level 1 holds at most %(first)s jobs, the first by id (NULL: all); when that cuts it short, no further
+# level is computed either (its rows count as past the budget).
 _WALK = """
     WITH RECURSIVE walk(level, total, job_id, table_id, role) AS (
-        SELECT 1, count(*) OVER (), e.job_id, e.table_id, e.role
-          FROM (SELECT DISTINCT here.job_id
-                  FROM unnest(CAST(%(starts)s AS bigint[])) AS s(id)
-                  JOIN lineage_edges here ON here.table_id = s.id AND here.role = '{near}'
-                 ORDER BY here.job_id LIMIT %(first)s) j
+        SELECT 1, CASE WHEN j.jobs >= %(first)s THEN %(budget)s + 1 ELSE count(*) OVER () END,
+               e.job_id, e.table_id, e.role
+          FROM (SELECT d.job_id, count(*) OVER () AS jobs
+                  FROM (SELECT DISTINCT here.job_id
+                          FROM unnest(CAST(%(starts)s AS bigint[])) AS s(id)
+                          JOIN lineage_edges here ON here.table_id = s.id AND here.role = '{near}'
+                         ORDER BY here.job_id LIMIT %(first)s) d) j
           CROSS JOIN LATERAL (
                 SELECT x.job_id, x.table_id, x.role FROM lineage_edges x WHERE x.job_id = j.job_id OFFSET 0) e
          WHERE %(depth)s > 0
@@ -254,8 +257,8 @@ async def db_now(session: AsyncSession) -> datetime:
 
 
 def id_array(ids: Iterable[int]) -> str:
-    """A `bigint[]` literal for `CAST(:ids AS bigint[])`: thousands of ids are dumped in one join, not one Python
-    call per element as a list parameter would be."""
+    """A `bigint[]` literal for `CAST(%(ids)s AS bigint[])`: thousands of ids are dumped in one join, not one
+    Python call per element as a list parameter would be."""
     return "{" + ",".join(map(str, ids)) + "}"
 
 
@@ -271,8 +274,9 @@ async def walk(
     session: AsyncSession, *, starts: Iterable[int], upstream: bool, depth: int, budget: int, first: int | None
 ) -> list[WalkRow]:
     """Every edge of the jobs a breadth-first walk from `starts` reaches, level by level, for up to `depth` levels;
-    no level is computed past the one where the rows so far exceed `budget`, and level 1 holds at most `first`
-    jobs (the first by id; None: all). An edge reachable at several levels comes once per level."""
+    no level is computed past the one where the rows so far exceed `budget`. Level 1 holds at most `first` jobs
+    (the first by id; None: all), and its rows count as past the budget when that cut it short. An edge reachable
+    at several levels comes once per level."""
     params = {"starts": id_array(starts), "depth": depth, "budget": budget, "first": first}
     return await fetch_all(session, _WALK_UP if upstream else _WALK_DOWN, params)
 

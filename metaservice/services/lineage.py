@@ -159,21 +159,15 @@ class _Links:
     far_of: dict[int, dict[int, None]] = field(default_factory=dict)
     rows: list[WalkRow] = field(default_factory=list)
 
-    async def fetch(self, s: AsyncSession, *, frontier: Sequence[int], level: int, depth: int, max_nodes: int) -> None:
-        """Add the links of up to `depth` - `level` levels beyond `frontier` (the tables reached at `level`).
-
-        From the start, only the first `max_nodes` + 1 jobs (by id) of level 1 can matter: every job takes a
-        place, so the walk is full before any later one.
-        """
+    async def fetch(
+        self, s: AsyncSession, *, frontier: Sequence[int], level: int, depth: int, max_nodes: int, first: int | None
+    ) -> None:
+        """Add the links of up to `depth` - `level` levels beyond `frontier` (the tables reached at `level`), with at
+        most `first` jobs on the first of them (the first by id)."""
         near_role = "sink" if self.upstream else "source"
         jobs_of, far_of = self.jobs_of, self.far_of
         rows = await lineage_rows.walk(
-            s,
-            starts=frontier,
-            upstream=self.upstream,
-            depth=depth - level,
-            budget=max_nodes,
-            first=max_nodes + 1 if level == 0 else None,
+            s, starts=frontier, upstream=self.upstream, depth=depth - level, budget=max_nodes, first=first
         )
         self.rows += rows
         deepest = total = 0
@@ -193,6 +187,29 @@ class _Links:
         # past the budget, no level after the deepest one returned was computed
         self.known = level + deepest if total > max_nodes else depth
 
+    def fills(self, picked: _Picked, start: int) -> bool:
+        """Whether the jobs at hand around `start` bring more new nodes than `picked` has room for."""
+        jobs = self.jobs_of.get(start, {})
+        beyond = {t for job in jobs for t in self.far_of[job] if t not in picked.tables}
+        return len(jobs) + len(beyond) > picked.max_nodes - len(picked.tables) - len(picked.jobs)
+
+
+async def _links_from(s: AsyncSession, picked: _Picked, *, start: int, upstream: bool, depth: int) -> _Links:
+    """The walk's links from `start`, with its first level cut short when that level alone fills the answer.
+
+    Every job of the first level takes a place, so past the first `room` + 1 (by id) none can be in the answer;
+    most jobs also write (read) a table of their own, so the first half of those usually fills it already. If it
+    does not, the first level is fetched again up to `room` + 1 jobs, and the walk goes on from there.
+    """
+    room = picked.max_nodes - len(picked.tables) - len(picked.jobs)
+    links = _Links(upstream)
+    await links.fetch(s, frontier=[start], level=0, depth=depth, max_nodes=picked.max_nodes, first=room // 2 + 1)
+    if len(links.jobs_of.get(start, ())) <= room // 2 or links.fills(picked, start):
+        return links  # the first level is whole, or the part at hand fills the answer
+    links = _Links(upstream)
+    await links.fetch(s, frontier=[start], level=0, depth=depth, max_nodes=picked.max_nodes, first=room + 1)
+    return links
+
 
 async def _around(s: AsyncSession, *, start: int, direction: str, depth: int, max_nodes: int) -> _Picked:
     picked = _Picked(max_nodes)
@@ -200,13 +217,15 @@ async def _around(s: AsyncSession, *, start: int, direction: str, depth: int, ma
     ways = {"upstream": (True,), "downstream": (False,), "both": (True, False)}[direction]
     walked: list[WalkRow] = []
     for upstream in ways:  # upstream first, as the picked sets are shared
-        links = _Links(upstream)
+        if depth == 0 or picked.truncated:
+            break
+        links = await _links_from(s, picked, start=start, upstream=upstream, depth=depth)
         frontier: list[int] = [start]
         for level in range(depth):
             if not frontier or picked.truncated:
                 break
             if level >= links.known:
-                await links.fetch(s, frontier=frontier, level=level, depth=depth, max_nodes=max_nodes)
+                await links.fetch(s, frontier=frontier, level=level, depth=depth, max_nodes=max_nodes, first=None)
             frontier = _take_level(picked, frontier, links)
         walked += links.rows
     # the walk brought every edge of every job picked; keep those among picked nodes, by role, table and job

@@ -135,6 +135,22 @@ def test_caps_around_the_size_of_a_lattice_cut_exactly_where_a_level_walk_would(
     assert down["truncated"] is True and len(down["nodes"]) == 9
 
 
+def test_a_wide_first_level_is_cut_exactly_whether_its_jobs_write_tables_or_not(api: httpx.Client) -> None:
+    """Jobs reading the table take one place, or two with a table of their own: the cap falls in either."""
+    hub = "lake.raw.hub"
+    jobs: dict[str, tuple[list[str], list[str]]] = {f"r{i:02d}": ([hub], []) for i in range(12)}
+    jobs |= {f"w{i:02d}": ([hub], [f"lake.out.t{i:02d}"]) for i in range(12)}
+    Driver(api, jobs)
+    whole = lineage(api, table=hub, direction="downstream")
+    assert len(whole["nodes"]) == 1 + 24 + 12 and whole["truncated"] is False
+    order = ["table:" + hub] + [f"job:r{i:02d}" for i in range(12)]
+    order += [n for i in range(12) for n in (f"job:w{i:02d}", f"table:lake.out.t{i:02d}")]
+    for cap in (1, 2, 5, 13, 14, 15, 20, 25, 36, 37):
+        capped = lineage(api, table=hub, direction="both", max_nodes=cap)
+        assert node_ids(capped) == set(order[:cap]), cap
+        assert capped["truncated"] is (cap < len(order))
+
+
 def test_nodes_carry_freshness_and_recent_timings(diamond: Driver) -> None:
     barrier = diamond.run("enrich", {ORDERS: 3})
     graph = lineage(diamond.api, table=ENRICHED, direction="upstream")
