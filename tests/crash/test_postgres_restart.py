@@ -115,6 +115,9 @@ class Traffic:
                 except httpx.HTTPError as exc:  # a hang or a dropped connection
                     self.statuses[type(exc).__name__] += 1
                     continue
+                if response.status_code == 504:  # a statement in flight when PostgreSQL went down
+                    self.statuses[f"504 {response.json().get('code')}"] += 1
+                    continue
                 self.statuses[response.status_code] += 1
                 if response.status_code == 201:
                     self.barriers.append(response.json()["barrier"])
@@ -186,7 +189,8 @@ def test_server_answers_503_while_postgres_is_down_and_recovers_without_restart(
             assert not background.is_alive()
             assert server.process.poll() is None  # never restarted
 
-            assert set(traffic.statuses) == {201, 503}, traffic.statuses  # no 500, no hang, no dropped connection
+            # no 500, no hang, no dropped connection; an allocation in flight when PostgreSQL died may say so
+            assert {201, 503} <= set(traffic.statuses) <= {201, 503, "504 outcome_unknown"}, traffic.statuses
             listed = [b["barrier"] for b in ok(api.get("/barriers", params={"limit": 1000}))["barriers"]]
             assert set(issued) | set(traffic.barriers) | {barrier} <= set(listed)
             assert listed == sorted(set(listed), reverse=True)

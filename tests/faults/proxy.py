@@ -249,8 +249,10 @@ class _Forwarder:
             if cut and self.cut_marker is not None and self.cut_marker in data:
                 self.cut_marker = None
                 self.cuts += 1
-                for end in cut:
-                    end.transport.abort()
+                # Reset the client's side only. The database side stays open until the database answers (the
+                # other pipe then finds the client gone and both close), so the statement surely ran and
+                # committed: closing it now would race the database reading what was just forwarded.
+                cut[0].transport.abort()
                 return
         writer.transport.abort()  # one side closed: close the other, as a router passes the FIN on
 
