@@ -151,12 +151,11 @@ async def _issue_for_job(
         return issued
 
     issued = await in_autocommit(session, allocate)
-    if issued is None:
-        return None
-    if issued.barrier is not None:
+    if issued is not None and issued.barrier is not None:
         logger.info("issued barrier %d sealing %d root snapshot(s)", issued.barrier, len(issued.sealed))
+    if issued is None or issued.wait_seconds is None:
         return None
-    return None if issued.wait_seconds is None else round(max(0.0, issued.wait_seconds), 3)
+    return round(max(0.0, issued.wait_seconds), 3)
 
 
 async def commit_barrier(
