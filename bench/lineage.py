@@ -24,6 +24,7 @@ from bench.context import Context
 from bench.report import Outcome, ms
 from bench.seed import JobSpec
 from bench.server import serving
+from metaservice.repositories.driver import id_array
 from metaservice.services import lineage
 
 DEPTH = 20
@@ -60,15 +61,15 @@ def _explain(url: str, ids: dict[str, list[int]]) -> dict[str, list[str]]:
     from metaservice.repositories import lineage as lineage_sql
 
     cap = lineage.DEFAULT_MAX_NODES
-    fan_tables, fan_jobs = lineage_sql.id_array(ids["fan_tables"][: cap // 2]), lineage_sql.id_array(ids["fan_jobs"])
+    fan_tables, fan_jobs = id_array(ids["fan_tables"][: cap // 2]), id_array(ids["fan_jobs"])
     wanted: dict[str, tuple[str, dict[str, Any]]] = {
         "_WALK_DOWN (fan-out root)": (
             "_WALK_DOWN",
-            {"starts": lineage_sql.id_array(ids["fan_root"]), "depth": DEPTH, "budget": cap, "first": cap + 1},
+            {"starts": id_array(ids["fan_root"]), "depth": DEPTH, "budget": cap, "first": cap + 1},
         ),
         "_WALK_UP (lattice, last layer)": (
             "_WALK_UP",
-            {"starts": lineage_sql.id_array(ids["lattice_last"][:1]), "depth": DEPTH, "budget": cap, "first": cap + 1},
+            {"starts": id_array(ids["lattice_last"][:1]), "depth": DEPTH, "budget": cap, "first": cap + 1},
         ),
         "_TABLE_NODES_OF (fan-out, default cap)": ("_TABLE_NODES_OF", {"ids": fan_tables}),
         "_JOB_NODES (fan-out, default cap)": ("_JOB_NODES", {"ids": fan_jobs, "per_job": lineage.RECENT_RUNS_PER_JOB}),

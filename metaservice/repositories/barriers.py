@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
@@ -11,6 +12,20 @@ from sqlalchemy.dialects.postgresql import ARRAY, BIGINT
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from metaservice.db.models import Barrier, BarrierClock
+from metaservice.repositories.driver import fetch_one_as, fetch_value
+
+
+@dataclass(slots=True)
+class BarrierRow:
+    barrier: int
+    issued_at: datetime
+    issued_by: str | None
+
+
+_HEAD = "SELECT barrier, issued_at, issued_by FROM barriers ORDER BY barrier DESC LIMIT 1"
+_GET = "SELECT barrier, issued_at, issued_by FROM barriers WHERE barrier = %(barrier)s"
+_AFTER = "SELECT min(barrier) FROM barriers WHERE barrier > %(barrier)s"
+_BEFORE = "SELECT max(barrier) FROM barriers WHERE barrier < %(barrier)s"
 
 # Report root snapshots, issue a barrier and seal it, as one call: see the migration that defines the function
 # (2026-11-23-1000) for why allocation lives in the database. Autocommit callers hold the clock lock only
@@ -75,23 +90,25 @@ async def lock_clock(session: AsyncSession) -> int:
     return int(value or 0)
 
 
-async def head(session: AsyncSession) -> Barrier | None:
+async def head(session: AsyncSession) -> BarrierRow | None:
     """The newest barrier issued, or None."""
-    return await session.scalar(select(Barrier).order_by(Barrier.barrier.desc()).limit(1))
+    return await fetch_one_as(session, BarrierRow, _HEAD)
 
 
-async def get(session: AsyncSession, *, barrier: int) -> Barrier | None:
-    return await session.get(Barrier, barrier)
+async def get(session: AsyncSession, *, barrier: int) -> BarrierRow | None:
+    return await fetch_one_as(session, BarrierRow, _GET, {"barrier": barrier})
 
 
 async def after(session: AsyncSession, *, barrier: int) -> int | None:
     """The first barrier issued after `barrier`."""
-    return await session.scalar(select(func.min(Barrier.barrier)).where(Barrier.barrier > barrier))
+    value = await fetch_value(session, _AFTER, {"barrier": barrier})
+    return None if value is None else int(value)
 
 
 async def before(session: AsyncSession, *, barrier: int) -> int | None:
     """The last barrier issued before `barrier`."""
-    return await session.scalar(select(func.max(Barrier.barrier)).where(Barrier.barrier < barrier))
+    value = await fetch_value(session, _BEFORE, {"barrier": barrier})
+    return None if value is None else int(value)
 
 
 async def newest(session: AsyncSession, *, limit: int, before_barrier: int | None = None) -> list[Barrier]:

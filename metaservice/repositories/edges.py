@@ -10,6 +10,20 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from metaservice.db.models import Edge, Job, Table
+from metaservice.repositories.driver import fetch_all, fetch_one_as
+from metaservice.repositories.jobs import JobRow
+
+_WRITER_OF = """
+    SELECT j.id, j.name, j.is_active, j.last_barrier
+      FROM lineage_edges e JOIN jobs j ON j.id = e.job_id
+     WHERE e.table_id = %(table_id)s AND e.role = 'sink'
+"""
+_TABLES_OF = """
+    SELECT t.id, t.name, e.role
+      FROM lineage_edges e JOIN tables t ON t.id = e.table_id
+     WHERE e.job_id = %(job_id)s
+     ORDER BY t.name
+"""
 
 
 class TableRef(NamedTuple):
@@ -39,10 +53,8 @@ async def insert_edge(session: AsyncSession, *, job_id: int, table_id: int, role
     return result.first() is not None
 
 
-async def writer_of(session: AsyncSession, *, table_id: int) -> Job | None:
-    return await session.scalar(
-        select(Job).join(Edge, Edge.job_id == Job.id).where(Edge.table_id == table_id, Edge.role == "sink")
-    )
+async def writer_of(session: AsyncSession, *, table_id: int) -> JobRow | None:
+    return await fetch_one_as(session, JobRow, _WRITER_OF, {"table_id": table_id})
 
 
 async def writers_of(session: AsyncSession, *, table_ids: Sequence[int]) -> dict[int, str]:
@@ -78,27 +90,16 @@ async def reader_jobs(session: AsyncSession, *, table_ids: Sequence[int]) -> lis
 
 
 async def tables_of(session: AsyncSession, *, job_id: int, role: str) -> list[TableRef]:
-    rows = await session.execute(
-        select(Table.id, Table.name)
-        .join(Edge, Edge.table_id == Table.id)
-        .where(Edge.job_id == job_id, Edge.role == role)
-        .order_by(Table.name)
-    )
-    return [TableRef(int(r.id), str(r.name)) for r in rows]
+    sources, sinks = await sources_and_sinks(session, job_id=job_id)
+    return sources if role == "source" else sinks
 
 
 async def sources_and_sinks(session: AsyncSession, *, job_id: int) -> tuple[list[TableRef], list[TableRef]]:
     """The job's (sources, sinks), each sorted by name, in one round trip."""
-    rows = await session.execute(
-        select(Table.id, Table.name, Edge.role)
-        .join(Edge, Edge.table_id == Table.id)
-        .where(Edge.job_id == job_id)
-        .order_by(Table.name)
-    )
     sources: list[TableRef] = []
     sinks: list[TableRef] = []
-    for r in rows:
-        (sources if r.role == "source" else sinks).append(TableRef(int(r.id), str(r.name)))
+    for table_id, name, role in await fetch_all(session, _TABLES_OF, {"job_id": job_id}):
+        (sources if role == "source" else sinks).append(TableRef(table_id, name))
     return sources, sinks
 
 

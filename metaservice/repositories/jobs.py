@@ -1,7 +1,8 @@
-"""SQL for jobs."""
+"""SQL for jobs. The protocol's row lock and bookkeeping go through the driver and return `JobRow`s."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 from sqlalchemy import func, select, text, update
@@ -9,24 +10,38 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from metaservice.db.models import Job
+from metaservice.repositories.driver import execute, fetch_one_as
+
+
+@dataclass(slots=True)
+class JobRow:
+    """What the barrier protocol needs of a job. `last_barrier`: the newest barrier it settled."""
+
+    id: int
+    name: str
+    is_active: bool
+    last_barrier: int | None
+
+
+_LOCK = "SELECT id, name, is_active, last_barrier FROM jobs WHERE name = %(name)s FOR UPDATE"
+_LOCK_AND_TOUCH = (
+    "UPDATE jobs SET last_seen_at = now() WHERE name = %(name)s RETURNING id, name, is_active, last_barrier"
+)
+_SET_LAST_BARRIER = "UPDATE jobs SET last_barrier = %(barrier)s, last_seen_at = now() WHERE id = %(id)s"
 
 
 async def get(session: AsyncSession, *, name: str) -> Job | None:
     return await session.scalar(select(Job).where(Job.name == name))
 
 
-async def lock(session: AsyncSession, *, name: str) -> Job | None:
+async def lock(session: AsyncSession, *, name: str) -> JobRow | None:
     """Load a job and hold its row lock until the transaction ends (serializes one job's protocol steps)."""
-    # populate_existing: a row loaded earlier in this session must not hide what the lock waited for
-    return await session.scalar(
-        select(Job).where(Job.name == name).with_for_update().execution_options(populate_existing=True)
-    )
+    return await fetch_one_as(session, JobRow, _LOCK, {"name": name})
 
 
-async def lock_and_touch(session: AsyncSession, *, name: str) -> Job | None:
+async def lock_and_touch(session: AsyncSession, *, name: str) -> JobRow | None:
     """`lock` and mark the job as seen now, in one statement: an UPDATE takes the same row lock."""
-    statement = update(Job).where(Job.name == name).values(last_seen_at=func.now()).returning(Job)
-    return await session.scalar(statement, execution_options={"populate_existing": True})
+    return await fetch_one_as(session, JobRow, _LOCK_AND_TOUCH, {"name": name})
 
 
 async def upsert_active(session: AsyncSession, *, name: str) -> Job:
@@ -46,7 +61,7 @@ async def upsert_active(session: AsyncSession, *, name: str) -> Job:
 
 
 async def set_last_barrier(session: AsyncSession, *, job_id: int, barrier: int) -> None:
-    await session.execute(update(Job).where(Job.id == job_id).values(last_barrier=barrier, last_seen_at=func.now()))
+    await execute(session, _SET_LAST_BARRIER, {"id": job_id, "barrier": barrier})
 
 
 async def deactivate(session: AsyncSession, *, job_id: int) -> None:

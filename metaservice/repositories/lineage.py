@@ -17,7 +17,7 @@ from sqlalchemy import bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, BIGINT
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from metaservice.repositories.driver import fetch_all
+from metaservice.repositories.driver import fetch_all, id_array
 
 _IDS = ARRAY(BIGINT)
 
@@ -254,12 +254,6 @@ async def db_now(session: AsyncSession) -> datetime:
     value = await session.scalar(text("SELECT now()"))
     assert isinstance(value, datetime)
     return value
-
-
-def id_array(ids: Iterable[int]) -> str:
-    """A `bigint[]` literal for `CAST(%(ids)s AS bigint[])`: thousands of ids are dumped in one join, not one
-    Python call per element as a list parameter would be."""
-    return "{" + ",".join(map(str, ids)) + "}"
 
 
 async def clock_and_table(session: AsyncSession, *, name: str | None) -> tuple[datetime, int | None]:

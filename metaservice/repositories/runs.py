@@ -1,43 +1,90 @@
-"""SQL for job runs: each job's barrier history."""
+"""SQL for job runs: each job's barrier history.
+
+Read and written several times per protocol call: the statements go through the driver
+(`repositories/driver.py`) and runs come back as `RunRow`s, always fresh from the database.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from psycopg.types.json import Jsonb
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from metaservice.db.models import JobRun
+from metaservice.repositories.driver import execute, fetch_as, fetch_one_as
 
 
-async def in_flight(session: AsyncSession, *, job_id: int) -> JobRun | None:
-    return await session.scalar(select(JobRun).where(JobRun.job_id == job_id, JobRun.status == "in_flight"))
+@dataclass(slots=True)
+class RunRow:
+    """One row of `job_runs`: what the job did for the barriers first_barrier … barrier."""
+
+    id: int
+    job_id: int
+    first_barrier: int
+    barrier: int
+    status: str
+    inputs: dict[str, Any]
+    outputs: dict[str, Any]
+    reason: str | None
+    inputs_ready_at: datetime | None
+    started_at: datetime
+    finished_at: datetime | None
 
 
-async def at(session: AsyncSession, *, job_id: int, barrier: int) -> JobRun | None:
+_COLUMNS = (
+    "id, job_id, first_barrier, barrier, status, inputs, outputs, reason, inputs_ready_at, started_at, finished_at"
+)
+_IN_FLIGHT = f"SELECT {_COLUMNS} FROM job_runs WHERE job_id = %(job_id)s AND status = 'in_flight'"
+_AT = f"""
+    SELECT {_COLUMNS} FROM job_runs
+     WHERE job_id = %(job_id)s AND first_barrier <= %(barrier)s AND barrier >= %(barrier)s
+     ORDER BY first_barrier DESC LIMIT 1
+"""
+_LAST = f"SELECT {_COLUMNS} FROM job_runs WHERE job_id = %(job_id)s ORDER BY first_barrier DESC LIMIT 1"
+_LAST_COMMITTED = f"""
+    SELECT {_COLUMNS} FROM job_runs WHERE job_id = %(job_id)s AND status = 'committed'
+     ORDER BY barrier DESC LIMIT 1
+"""
+_INSERT = f"""
+    INSERT INTO job_runs (job_id, first_barrier, barrier, status, inputs, outputs, reason, inputs_ready_at,
+                          started_at, finished_at)
+    VALUES (%(job_id)s, %(first)s, %(barrier)s, %(status)s, %(inputs)s, '{{}}'::jsonb, %(reason)s,
+            %(inputs_ready_at)s, clock_timestamp(), CASE WHEN %(finished)s THEN clock_timestamp() END)
+    RETURNING {_COLUMNS}
+"""
+_EXTEND = "UPDATE job_runs SET barrier = %(through)s, finished_at = clock_timestamp() WHERE id = %(id)s"
+_FINISH = f"""
+    UPDATE job_runs
+       SET status = %(status)s, finished_at = clock_timestamp(),
+           outputs = COALESCE(%(outputs)s, outputs), reason = COALESCE(%(reason)s, reason)
+     WHERE id = %(id)s
+    RETURNING {_COLUMNS}
+"""
+_HISTORY = f"""
+    SELECT {_COLUMNS} FROM job_runs WHERE job_id = %(job_id)s AND first_barrier < %(before)s
+     ORDER BY first_barrier DESC LIMIT %(limit)s
+"""
+
+
+async def in_flight(session: AsyncSession, *, job_id: int) -> RunRow | None:
+    return await fetch_one_as(session, RunRow, _IN_FLIGHT, {"job_id": job_id})
+
+
+async def at(session: AsyncSession, *, job_id: int, barrier: int) -> RunRow | None:
     """The run that covers `barrier` for the job, if any."""
-    return await session.scalar(
-        select(JobRun)
-        .where(JobRun.job_id == job_id, JobRun.first_barrier <= barrier, JobRun.barrier >= barrier)
-        .order_by(JobRun.first_barrier.desc())
-        .limit(1)
-    )
+    return await fetch_one_as(session, RunRow, _AT, {"job_id": job_id, "barrier": barrier})
 
 
-async def last(session: AsyncSession, *, job_id: int) -> JobRun | None:
-    return await session.scalar(
-        select(JobRun).where(JobRun.job_id == job_id).order_by(JobRun.first_barrier.desc()).limit(1)
-    )
+async def last(session: AsyncSession, *, job_id: int) -> RunRow | None:
+    return await fetch_one_as(session, RunRow, _LAST, {"job_id": job_id})
 
 
-async def last_committed(session: AsyncSession, *, job_id: int) -> JobRun | None:
-    return await session.scalar(
-        select(JobRun)
-        .where(JobRun.job_id == job_id, JobRun.status == "committed")
-        .order_by(JobRun.barrier.desc())
-        .limit(1)
-    )
+async def last_committed(session: AsyncSession, *, job_id: int) -> RunRow | None:
+    return await fetch_one_as(session, RunRow, _LAST_COMMITTED, {"job_id": job_id})
 
 
 async def insert_run(
@@ -51,33 +98,17 @@ async def insert_run(
     reason: str | None = None,
     inputs_ready_at: datetime | None = None,
     finished: bool = False,
-) -> JobRun:
-    run = JobRun(
-        job_id=job_id,
-        first_barrier=first,
-        barrier=barrier,
-        status=status,
-        inputs=inputs,
-        outputs={},
-        reason=reason,
-        inputs_ready_at=inputs_ready_at,
-        started_at=func.clock_timestamp(),
-        finished_at=func.clock_timestamp() if finished else None,
-    )
-    session.add(run)
-    await session.flush()
-    await session.refresh(run)
+) -> RunRow:
+    params = {"job_id": job_id, "first": first, "barrier": barrier, "status": status, "inputs": Jsonb(inputs)}
+    params |= {"reason": reason, "inputs_ready_at": inputs_ready_at, "finished": finished}
+    run = await fetch_one_as(session, RunRow, _INSERT, params)
+    assert run is not None
     return run
 
 
 async def extend(session: AsyncSession, *, run_id: int, through: int) -> None:
     """An idle or skipped stretch grows by more barriers instead of adding rows."""
-    await session.execute(
-        update(JobRun)
-        .where(JobRun.id == run_id)
-        .values(barrier=through, finished_at=func.clock_timestamp())
-        .execution_options(synchronize_session=False)
-    )
+    await execute(session, _EXTEND, {"id": run_id, "through": through})
 
 
 async def finish(
@@ -87,25 +118,17 @@ async def finish(
     status: str,
     outputs: dict[str, Any] | None = None,
     reason: str | None = None,
-) -> JobRun:
-    values: dict[str, Any] = {"status": status, "finished_at": func.clock_timestamp()}
-    if outputs is not None:
-        values["outputs"] = outputs
-    if reason is not None:
-        values["reason"] = reason
-    run: JobRun | None = await session.scalar(
-        update(JobRun).where(JobRun.id == run_id).values(**values).returning(JobRun),
-        execution_options={"populate_existing": True},
-    )
+) -> RunRow:
+    params = {"id": run_id, "status": status, "outputs": None if outputs is None else Jsonb(outputs), "reason": reason}
+    run = await fetch_one_as(session, RunRow, _FINISH, params)
     assert run is not None
     return run
 
 
-async def history(session: AsyncSession, *, job_id: int, limit: int, before_barrier: int | None = None) -> list[JobRun]:
-    query = select(JobRun).where(JobRun.job_id == job_id).order_by(JobRun.first_barrier.desc()).limit(limit)
-    if before_barrier is not None:
-        query = query.where(JobRun.first_barrier < before_barrier)
-    return list(await session.scalars(query))
+async def history(session: AsyncSession, *, job_id: int, limit: int, before_barrier: int | None = None) -> list[RunRow]:
+    """The job's runs, newest first (before `before_barrier`, when given)."""
+    before = before_barrier if before_barrier is not None else 2**63 - 1
+    return await fetch_as(session, RunRow, _HISTORY, {"job_id": job_id, "before": before, "limit": limit})
 
 
 async def in_flight_reading(session: AsyncSession, *, table: str) -> list[tuple[str, int, dict[str, Any]]]:

@@ -5,11 +5,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import Text, bindparam, func, select, text, update
+from sqlalchemy import Text, bindparam, select, text, update
 from sqlalchemy.dialects.postgresql import ARRAY, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
-from metaservice.db.models import Edge, Table
+from metaservice.db.models import Table
+from metaservice.repositories.driver import fetch_all, fetch_value, id_array
+
+_RAISE_LATEST = """
+    UPDATE tables
+       SET latest_snapshot_id = greatest(coalesce(latest_snapshot_id, -1), %(snapshot_id)s),
+           latest_snapshot_at = coalesce(%(at)s, now())
+     WHERE id = %(id)s
+    RETURNING latest_snapshot_id
+"""
+_WRITTEN = """
+    SELECT DISTINCT table_id FROM lineage_edges WHERE role = 'sink' AND table_id = ANY (CAST(%(ids)s AS bigint[]))
+"""
 
 
 async def get(session: AsyncSession, *, name: str) -> Table | None:
@@ -42,15 +54,7 @@ async def set_metadata(session: AsyncSession, *, table_id: int, format: str | No
 
 async def raise_latest(session: AsyncSession, *, table_id: int, snapshot_id: int, at: datetime | None) -> int:
     """Move the newest known snapshot forward (never back); returns the value now stored."""
-    stored = await session.scalar(
-        update(Table)
-        .where(Table.id == table_id)
-        .values(
-            latest_snapshot_id=func.greatest(func.coalesce(Table.latest_snapshot_id, -1), snapshot_id),
-            latest_snapshot_at=func.coalesce(at, func.now()),
-        )
-        .returning(Table.latest_snapshot_id)
-    )
+    stored = await fetch_value(session, _RAISE_LATEST, {"id": table_id, "snapshot_id": snapshot_id, "at": at})
     return int(stored if stored is not None else snapshot_id)
 
 
@@ -63,8 +67,7 @@ async def list_all(session: AsyncSession, *, limit: int, after_name: str | None 
 
 async def root_ids(session: AsyncSession, *, ids: Sequence[int]) -> set[int]:
     """Those of `ids` that no registered job writes."""
-    writers = select(Edge.table_id).where(Edge.role == "sink", Edge.table_id.in_(list(ids)))
-    written = set(await session.scalars(writers))
+    written = {row[0] for row in await fetch_all(session, _WRITTEN, {"ids": id_array(ids)})}
     return set(ids) - written
 
 

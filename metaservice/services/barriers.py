@@ -18,7 +18,6 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
 from metaservice import failpoints
-from metaservice.db.models import Job, JobRun, SnapshotRange
 from metaservice.db.transaction import in_autocommit, in_transaction
 from metaservice.errors import (
     AlreadyCommitted,
@@ -37,6 +36,9 @@ from metaservice.repositories import runs as run_rows
 from metaservice.repositories import snapshots as snapshot_rows
 from metaservice.repositories import tables as table_rows
 from metaservice.repositories.edges import TableRef
+from metaservice.repositories.jobs import JobRow
+from metaservice.repositories.runs import RunRow
+from metaservice.repositories.snapshots import RangeRow
 from metaservice.schemas import AbortResult, BarrierDecision, CommitResult, InputSnapshot, IssuedBarrier
 
 logger = logging.getLogger("metaservice.barriers")
@@ -229,7 +231,7 @@ async def abort_barrier(session: AsyncSession, *, job_id: str, barrier: int, rea
     return await in_transaction(session, work)
 
 
-async def abort_run(s: AsyncSession, *, job: Job, run: JobRun, sinks: Sequence[TableRef], reason: str) -> None:
+async def abort_run(s: AsyncSession, *, job: JobRow, run: RunRow, sinks: Sequence[TableRef], reason: str) -> None:
     """Mark an in-flight run aborted and its barrier never-complete in the job's sinks (caller holds the job lock)."""
     for sink in sinks:
         await _record(s, table_id=sink.id, barrier=run.barrier, snapshot_id=None, kind="aborted", job=job)
@@ -240,11 +242,11 @@ async def abort_run(s: AsyncSession, *, job: Job, run: JobRun, sinks: Sequence[T
 # --- internals -------------------------------------------------------------------------------------------------
 
 
-async def _locked_job(s: AsyncSession, job_id: str, *, allow_inactive: bool = False) -> Job:
+async def _locked_job(s: AsyncSession, job_id: str, *, allow_inactive: bool = False) -> JobRow:
     return _usable(await job_rows.lock(s, name=job_id), job_id, allow_inactive=allow_inactive)
 
 
-def _usable(job: Job | None, job_id: str, *, allow_inactive: bool = False) -> Job:
+def _usable(job: JobRow | None, job_id: str, *, allow_inactive: bool = False) -> JobRow:
     if job is None:
         raise NotFound(f"job {job_id!r} is not registered", job_id=job_id)
     if not job.is_active and not allow_inactive:
@@ -264,7 +266,7 @@ async def _root_ids(c: AsyncConnection, root_snapshots: Mapping[str, int]) -> di
     return {name: table_id for name, (table_id, _) in tables.items()}
 
 
-def _process(job_name: str, run: JobRun, skipped: Sequence[int] = ()) -> BarrierDecision:
+def _process(job_name: str, run: RunRow, skipped: Sequence[int] = ()) -> BarrierDecision:
     inputs = {name: InputSnapshot(**value) for name, value in run.inputs.items()}
     return BarrierDecision(job_id=job_name, action="process", barrier=run.barrier, inputs=inputs, skipped=list(skipped))
 
@@ -284,7 +286,7 @@ def _check_sinks(job_id: str, sinks: Sequence[TableRef], snapshots: Mapping[str,
 
 
 async def _record(
-    s: AsyncSession, *, table_id: int, barrier: int, snapshot_id: int | None, kind: str, job: Job
+    s: AsyncSession, *, table_id: int, barrier: int, snapshot_id: int | None, kind: str, job: JobRow
 ) -> None:
     """Make `table_id` hold `snapshot_id` (None: never complete) at `barrier`, keeping its ranges contiguous."""
     last = (await snapshot_rows.last(s, table_ids=[table_id])).get(table_id)
@@ -310,7 +312,7 @@ class _State:
 
     kind: str  # complete | aborted | absent
     snapshot_id: int | None
-    range: SnapshotRange | None
+    range: RangeRow | None
 
 
 class _Planner:
@@ -325,7 +327,7 @@ class _Planner:
     def __init__(
         self,
         s: AsyncSession,
-        job: Job,
+        job: JobRow,
         sources: Sequence[TableRef],
         sinks: Sequence[TableRef],
         *,
@@ -506,7 +508,7 @@ class _Planner:
         await job_rows.set_last_barrier(self.s, job_id=self.job.id, barrier=barrier)
         self.job.last_barrier = barrier
 
-    async def _start(self, barrier: int, states: Mapping[str, _State], previous: JobRun | None) -> BarrierDecision:
+    async def _start(self, barrier: int, states: Mapping[str, _State], previous: RunRow | None) -> BarrierDecision:
         before = previous.inputs if previous is not None else {}
         inputs: dict[str, Any] = {
             name: {

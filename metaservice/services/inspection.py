@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from metaservice.db.models import Job, JobRun, SnapshotRange, Table
+from metaservice.db.models import Job, Table
 from metaservice.db.transaction import in_transaction
 from metaservice.errors import NotFound
 from metaservice.repositories import barriers as barrier_rows
@@ -13,6 +13,8 @@ from metaservice.repositories import jobs as job_rows
 from metaservice.repositories import runs as run_rows
 from metaservice.repositories import snapshots as snapshot_rows
 from metaservice.repositories import tables as table_rows
+from metaservice.repositories.runs import RunRow
+from metaservice.repositories.snapshots import RangeRow
 from metaservice.schemas import (
     BarrierDetail,
     BarrierList,
@@ -58,7 +60,7 @@ async def job_history(session: AsyncSession, *, job_id: str, limit: int, before:
     return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
 
 
-def run_info(run: JobRun) -> JobRunInfo:
+def run_info(run: RunRow) -> JobRunInfo:
     duration = (run.finished_at - run.started_at).total_seconds() if run.finished_at else None
     return JobRunInfo(
         first_barrier=run.first_barrier,
@@ -203,6 +205,6 @@ async def _table_infos(s: AsyncSession, tables: list[Table]) -> list[TableInfo]:
     return infos
 
 
-async def _last_complete(s: AsyncSession, table_id: int) -> SnapshotRange | None:
+async def _last_complete(s: AsyncSession, table_id: int) -> RangeRow | None:
     rows = await snapshot_rows.history(s, table_id=table_id, limit=50)
     return next((r for r in rows if r.snapshot_id is not None), None)

@@ -42,8 +42,8 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from metaservice.db.models import Job, Table
 from metaservice.db.models import Rollback as RollbackRow
+from metaservice.db.models import Table
 from metaservice.db.transaction import in_transaction
 from metaservice.errors import (
     InvalidRequest,
@@ -60,6 +60,7 @@ from metaservice.repositories import rollbacks as rollback_rows
 from metaservice.repositories import runs as run_rows
 from metaservice.repositories import snapshots as snapshot_rows
 from metaservice.repositories import tables as table_rows
+from metaservice.repositories.jobs import JobRow
 from metaservice.schemas import RestorePoint, ResumePoint, Rollback
 from metaservice.services import barriers as barrier_service
 
@@ -76,7 +77,7 @@ class _Scope:
     writers: dict[int, int] = field(default_factory=dict)  # table id → job id writing it
 
     def lock_order(self) -> list[str]:
-        """Job names, downstream first (longest path from the rolled-back table), ties by name."""
+        """JobRow names, downstream first (longest path from the rolled-back table), ties by name."""
         depth: dict[int, int] = {}
 
         def depth_of(job_id: int) -> int:
@@ -156,7 +157,7 @@ async def complete_rollback(session: AsyncSession, *, rollback_id: str, root_sna
                 rollback_id=rollback_id,
                 rollback_status=row.status,
             )
-        locked: dict[str, Job] = {}
+        locked: dict[str, JobRow] = {}
         for name in row.plan["lock_order"]:
             job = await job_rows.lock(s, name=name)
             if job is not None:
@@ -265,7 +266,7 @@ def _check_root_snapshots(scope: _Scope, row: RollbackRow, root_snapshots: Mappi
 
 
 async def _forget_after(
-    s: AsyncSession, row: RollbackRow, scope: _Scope, locked: Mapping[str, Job], root_snapshots: Mapping[str, int]
+    s: AsyncSession, row: RollbackRow, scope: _Scope, locked: Mapping[str, JobRow], root_snapshots: Mapping[str, int]
 ) -> dict[str, Any]:
     barrier, table_ids, job_ids = row.barrier, sorted(scope.tables), sorted(scope.jobs)
     for name in row.plan["lock_order"]:
