@@ -19,7 +19,8 @@ _WRITER_OF = """
      WHERE e.table_id = %(table_id)s AND e.role = 'sink'
 """
 _TABLES_OF = """
-    SELECT t.id, t.name, e.role
+    SELECT t.id, t.name, e.role,
+           NOT EXISTS (SELECT 1 FROM lineage_edges w WHERE w.table_id = t.id AND w.role = 'sink') AS is_root
       FROM lineage_edges e JOIN tables t ON t.id = e.table_id
      WHERE e.job_id = %(job_id)s
      ORDER BY t.name
@@ -29,6 +30,7 @@ _TABLES_OF = """
 class TableRef(NamedTuple):
     id: int
     name: str
+    is_root: bool = False  # no job writes it (set for a job's sources by `sources_and_sinks`)
 
 
 class Hop(NamedTuple):
@@ -95,11 +97,11 @@ async def tables_of(session: AsyncSession, *, job_id: int, role: str) -> list[Ta
 
 
 async def sources_and_sinks(session: AsyncSession, *, job_id: int) -> tuple[list[TableRef], list[TableRef]]:
-    """The job's (sources, sinks), each sorted by name, in one round trip."""
+    """The job's (sources, sinks), each sorted by name, in one round trip; sources say whether they are roots."""
     sources: list[TableRef] = []
     sinks: list[TableRef] = []
-    for table_id, name, role in await fetch_all(session, _TABLES_OF, {"job_id": job_id}):
-        (sources if role == "source" else sinks).append(TableRef(table_id, name))
+    for table_id, name, role, is_root in await fetch_all(session, _TABLES_OF, {"job_id": job_id}):
+        (sources if role == "source" else sinks).append(TableRef(table_id, name, is_root))
     return sources, sinks
 
 

@@ -344,11 +344,11 @@ class _Planner:
         head = await barrier_rows.head(self.s)
         if head is None or not self.sources:
             return self._answer("idle", None)
-        roots = await table_rows.root_ids(self.s, ids=self.source_ids)
-        await self._settle_upstream(head.barrier, roots)
+        roots = {t.id for t in self.sources if t.is_root}
+        lasts = await self._settle_upstream(head.barrier, roots)
         for _ in range(MAX_STEPS_PER_CALL):
             last = self.job.last_barrier
-            frontier = await self._frontier(head.barrier, roots)
+            frontier = self._frontier(head.barrier, roots, lasts)
             if frontier is None:
                 return await self._wait_after(last, fallback=head.barrier)
             if last is None:
@@ -384,9 +384,13 @@ class _Planner:
             return await self._start(target, states, previous)
         return self._answer("wait", None)
 
-    async def _settle_upstream(self, head: int, roots: set[int]) -> None:
-        """Let the writers of lagging intermediate inputs complete the barriers where their inputs did not change."""
+    async def _settle_upstream(self, head: int, roots: set[int]) -> dict[int, RangeRow]:
+        """Let the writers of lagging intermediate inputs complete the barriers where their inputs did not change.
+
+        Returns the inputs' newest ranges after settling. They stay current while this job is planned: planning
+        writes only the job's sinks, and a job never reads what it writes."""
         lasts = await snapshot_rows.last(self.s, table_ids=self.source_ids)
+        settled = False
         for table_id in self.source_ids:
             last = lasts.get(table_id)
             if table_id in roots or last is None or last.last_barrier is None or last.last_barrier >= head:
@@ -406,10 +410,11 @@ class _Planner:
                 visited=self.visited,
             )
             await upstream.decide()
+            settled = True
+        return await snapshot_rows.last(self.s, table_ids=self.source_ids) if settled else lasts
 
-    async def _frontier(self, head: int, roots: set[int]) -> int | None:
+    def _frontier(self, head: int, roots: set[int], lasts: Mapping[int, RangeRow]) -> int | None:
         """The newest barrier every input has settled (completed or aborted); None if one has settled none."""
-        lasts = await snapshot_rows.last(self.s, table_ids=self.source_ids)
         values: list[int] = []
         for table_id in self.source_ids:
             last = lasts.get(table_id)
