@@ -6,10 +6,11 @@ no root changes. After every 600 barriers the jobs call `next` (they idle throug
 chains: in 10 no job calls `next` for the whole hour, in 10 others only j3 does not. At the end each lagging
 j3 asks `next` once, 3,600 barriers behind (for the first 10 its idle upstream is settled in the same call).
 Database and table sizes are read before and after the hour, and again after a plain VACUUM: the burst
-compresses an hour into a minute, during which autovacuum (1-minute naptime) has had no chance to prune the
+compresses an hour into half a minute, during which autovacuum (1-minute naptime) has had no chance to prune the
 dead row versions of the updated rows (barrier clock, job runs, ranges) nor to truncate pages that 16
-concurrent inserters pre-extended; in a real hour it would run many times. Both figures are reported; the goal
-is judged on the second.
+concurrent inserters pre-extended; in a real hour it would run many times. So each simulated ten minutes end
+with one plain VACUUM (autovacuum's minimum cadence). Both figures are reported; the goal is judged on the
+second.
 """
 
 from __future__ import annotations
@@ -104,13 +105,21 @@ async def _catch_up(http: httpx.AsyncClient, limit: asyncio.Semaphore) -> None:
         await asyncio.gather(*(ask(j) for j in jobs if j.endswith(f"j{level}")))
 
 
-async def _simulate(base_url: str, *, barrier_count: int, rounds: int) -> dict[str, Any]:
+def _vacuum(url: str) -> None:
+    with cluster.connect(url) as conn:
+        conn.execute("VACUUM")
+
+
+async def _simulate(base_url: str, url: str, *, barrier_count: int, rounds: int) -> dict[str, Any]:
+    """Each round is 600 simulated seconds: its barriers, then every non-lagging job's `next`, then one plain
+    VACUUM, i.e. what autovacuum (1-minute naptime) does at least once in ten real minutes."""
     limit = asyncio.Semaphore(CONCURRENCY)
     async with httpx.AsyncClient(base_url=base_url, timeout=60) as http:
         started = time.monotonic()
         for _ in range(rounds):
             await _issue(http, limit, barrier_count // rounds)
             await _catch_up(http, limit)
+            await asyncio.to_thread(_vacuum, url)
         return {"seconds": round(time.monotonic() - started, 1)}
 
 
@@ -149,10 +158,9 @@ def run(ctx: Context) -> Outcome:
         httpx.post(f"{server.base_url}/barriers", json={"root_snapshots": roots}, timeout=60).raise_for_status()
         asyncio.run(_first_round_main(server.base_url))
         before = cluster.sizes(url, TABLES)
-        simulated = asyncio.run(_simulate(server.base_url, barrier_count=barrier_count, rounds=rounds))
+        simulated = asyncio.run(_simulate(server.base_url, url, barrier_count=barrier_count, rounds=rounds))
         after = cluster.sizes(url, TABLES)
-        with cluster.connect(url) as conn:
-            conn.execute("VACUUM")  # what autovacuum (1-minute naptime) does many times in a real hour
+        _vacuum(url)
         vacuumed = cluster.sizes(url, TABLES)
         behind_all = _lagging_next(server.base_url, LAGGING_CHAINS)
         behind_last = _lagging_next(server.base_url, LAGGING_LAST_JOB)

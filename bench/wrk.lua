@@ -2,7 +2,7 @@
 --   static <METHOD> [BODY]              the same request on every connection (body sent as JSON)
 --   cycle <JOB_PREFIX> <ROOT_PREFIX> <SINK_PREFIX> <FIRST_SNAPSHOT>
 --       one job per thread (run with as many threads as connections): POST next with the job's root at a
---       new snapshot; on "process" commit the barrier with the sink at that snapshot; repeat. Snapshots
+--       new snapshot; on "process" commit the barrier with the sink at the input snapshot it names; repeat. Snapshots
 --       start at FIRST_SNAPSHOT, which must exceed every snapshot of an earlier run on the same database.
 -- done() prints one line "WRK_JSON {...}" with the summary, latency percentiles (µs) and cycle counts.
 
@@ -29,7 +29,7 @@ function init(args)
     job = args[2] .. index
     root = args[3] .. index
     sink = args[4] .. index
-    state, snapshot, barrier = "next", tonumber(args[5]), nil
+    state, snapshot, barrier, output = "next", tonumber(args[5]), nil, nil
   end
 end
 
@@ -42,7 +42,7 @@ function request()
       '{"root_snapshots":{"' .. root .. '":' .. snapshot .. '}}')
   end
   return wrk.format("POST", "/jobs/" .. job .. "/barriers/" .. barrier .. "/commit", nil,
-    '{"snapshots":{"' .. sink .. '":' .. snapshot .. '}}')
+    '{"snapshots":{"' .. sink .. '":' .. output .. '}}')
 end
 
 function response(status, headers, body)
@@ -57,6 +57,9 @@ function response(status, headers, body)
   if state == "next" then
     if body:match('"action":"(%a+)"') == "process" then
       barrier = body:match('"barrier":(%d+)')
+      -- the sink is written from the input snapshot the barrier was planned with (a barrier left in flight by
+      -- an earlier phase carries that phase's snapshot), as a real job does
+      output = body:match('"snapshot_id":(%d+)')
       state = "commit"
     else
       waits = waits + 1
