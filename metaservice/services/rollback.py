@@ -77,7 +77,7 @@ class _Scope:
     writers: dict[int, int] = field(default_factory=dict)  # table id → job id writing it
 
     def lock_order(self) -> list[str]:
-        """JobRow names, downstream first (longest path from the rolled-back table), ties by name."""
+        """Job names, downstream first (longest path from the rolled-back table), ties by name."""
         depth: dict[int, int] = {}
 
         def depth_of(job_id: int) -> int:
