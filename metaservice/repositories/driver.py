@@ -16,15 +16,14 @@ from typing import Any, TypeVar
 import psycopg
 from psycopg.rows import class_row
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
 R = TypeVar("R")
 Params = Mapping[str, object] | None
 
 
-async def _driver(session: AsyncSession | AsyncConnection) -> psycopg.AsyncConnection[Any]:
-    connection = await session.connection() if isinstance(session, AsyncSession) else session
-    raw = await connection.get_raw_connection()
+async def _driver(session: AsyncSession) -> psycopg.AsyncConnection[Any]:
+    raw = await (await session.connection()).get_raw_connection()
     driver = raw.driver_connection
     assert isinstance(driver, psycopg.AsyncConnection)
     return driver
@@ -38,7 +37,7 @@ def _reraised(query: str, params: Params, exc: psycopg.Error) -> DBAPIError:
     return error
 
 
-async def fetch_all(session: AsyncSession | AsyncConnection, query: str, params: Params = None) -> list[Any]:
+async def fetch_all(session: AsyncSession, query: str, params: Params = None) -> list[Any]:
     """The rows of `query` (psycopg `%(name)s` placeholders) as tuples."""
     driver = await _driver(session)
     try:
@@ -49,7 +48,7 @@ async def fetch_all(session: AsyncSession | AsyncConnection, query: str, params:
         raise _reraised(query, params, exc) from exc
 
 
-async def fetch_as(session: AsyncSession | AsyncConnection, cls: type[R], query: str, params: Params = None) -> list[R]:
+async def fetch_as(session: AsyncSession, cls: type[R], query: str, params: Params = None) -> list[R]:
     """The rows of `query` as `cls` instances, built from the columns by name."""
     driver = await _driver(session)
     try:
@@ -60,21 +59,19 @@ async def fetch_as(session: AsyncSession | AsyncConnection, cls: type[R], query:
         raise _reraised(query, params, exc) from exc
 
 
-async def fetch_one_as(
-    session: AsyncSession | AsyncConnection, cls: type[R], query: str, params: Params = None
-) -> R | None:
+async def fetch_one_as(session: AsyncSession, cls: type[R], query: str, params: Params = None) -> R | None:
     """The first row of `query` as a `cls`, or None."""
     rows = await fetch_as(session, cls, query, params)
     return rows[0] if rows else None
 
 
-async def fetch_value(session: AsyncSession | AsyncConnection, query: str, params: Params = None) -> Any:
+async def fetch_value(session: AsyncSession, query: str, params: Params = None) -> Any:
     """The first column of the first row of `query`, or None when there is no row."""
     rows = await fetch_all(session, query, params)
     return rows[0][0] if rows else None
 
 
-async def execute(session: AsyncSession | AsyncConnection, query: str, params: Params = None) -> int:
+async def execute(session: AsyncSession, query: str, params: Params = None) -> int:
     """Run a statement that returns no rows; the number of rows it changed."""
     driver = await _driver(session)
     try:
