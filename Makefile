@@ -3,8 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+FORMAT ?= delta
 
-.PHONY: install demo test test-fast serve lint typecheck bench clean
+.PHONY: install demo test test-fast soak serve lint typecheck bench clean
 
 install: $(STAMP)
 
@@ -15,13 +16,18 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: install
-	$(BIN)/python -m metaservice.demo
+	$(BIN)/python -m metaservice.demo --format $(FORMAT)
 
 test: install
 	$(BIN)/pytest -n 2 --dist loadgroup
 
 test-fast: install
 	$(BIN)/pytest -n 2 --dist loadgroup -m "not slow and not spark and not crash and not browser"
+
+# The model-based walk over a changing lineage (tests/model), 10,000 steps; prints its figures at the end.
+# METASERVICE_SOAK_STEPS sets the length, METASERVICE_MODEL_SEED replays a seed.
+soak: install
+	METASERVICE_SOAK_STEPS=$${METASERVICE_SOAK_STEPS:-10000} $(BIN)/pytest -p no:cacheprovider -s -q tests/model/test_walk.py
 
 serve: install
 	$(BIN)/metaservice serve

@@ -22,6 +22,7 @@ BENCHMARKS = {
     "idle": "bench.idle",
     "lineage": "bench.lineage",
     "spark_overhead": "bench.spark_overhead",
+    "spark_formats": "bench.spark_formats",
 }
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 from fastapi import Depends, FastAPI
@@ -11,21 +11,36 @@ from fastapi.routing import APIRoute
 
 from metaservice import __version__, errors, observability
 from metaservice.api import barriers, flip, inspection, leases, lineage, ops, rollbacks, ui, versions
+from metaservice.api import openlineage as openlineage_api
 from metaservice.api.auth import authorize
-from metaservice.api.limits import BodySizeLimit
-from metaservice.db.engine import make_engine, make_sessionmaker
+from metaservice.api.limits import RequestBodies
+from metaservice.db.database import Database
+from metaservice.observability import MetricsRefresher
+from metaservice.services.openlineage.mapping import DatasetMapping
+from metaservice.services.openlineage.outbox import RunOutbox
 from metaservice.settings import Settings
 
 
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
     settings: Settings = app.state.settings
-    engine = make_engine(settings)
-    app.state.engine = engine
+    database = Database(settings)
+    await database.open()
+    app.state.database = database
+    refresher = MetricsRefresher(database, interval=settings.metrics_refresh_seconds)
+    app.state.metrics_figures = refresher
     try:
-        yield {"sessions": make_sessionmaker(engine, settings)}
+        async with AsyncExitStack() as background:
+            await background.enter_async_context(refresher.running())
+            if settings.openlineage_url is not None:
+                from metaservice.services.openlineage.emitter import OpenLineageEmitter  # only when configured
+
+                emitter = OpenLineageEmitter(settings, app.state.http_metrics.openlineage)
+                await background.enter_async_context(emitter.running())
+                app.state.openlineage = emitter
+            yield {"database": database}
     finally:
-        await engine.dispose()
+        await database.close()
 
 
 def _operation_id(route: APIRoute) -> str:
@@ -41,15 +56,24 @@ def create_app(settings: Settings) -> FastAPI:
         summary="Lineage and global timestamp barriers (FLIP-276) for chains of Spark ETL jobs.",
         lifespan=_lifespan,
         generate_unique_id_function=_operation_id,
+        # Starlette's slash redirect builds an absolute Location from the Host header (an open redirect) and
+        # sends API clients, which do not follow redirects, a 307 instead of an error: an unknown path is a 404
+        # problem (naming the path without the slash); only /ui → /ui/ redirects, relatively (ui.install).
+        redirect_slashes=False,
     )
     app.state.settings = settings
+    app.state.openlineage = None  # the emitter, started in the lifespan when an OpenLineage URL is configured
+    app.state.openlineage_datasets = DatasetMapping(settings.openlineage_datasets)
     errors.install_handlers(app)
     for module in (flip, barriers, versions, inspection, leases, rollbacks, ops):
         app.include_router(module.router)
     app.include_router(lineage.router)
+    app.include_router(openlineage_api.router)
     ui.install(app)
-    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
-    observability.install(app)  # outermost: request ids and metrics cover every answer, 413s included
+    app.add_middleware(RequestBodies, max_bytes=settings.max_body_bytes)
+    if settings.openlineage_url is not None:
+        app.add_middleware(RunOutbox)  # ended barrier runs of a successful request go to the emitter
+    observability.install(app)  # outermost: request ids and metrics cover every answer, 413s and 422s included
     return app
 
 

@@ -1,4 +1,4 @@
-"""`make demo`: a chained Spark ETL pipeline on Delta tables, kept consistent by MetaService.
+"""`make demo [FORMAT=delta|iceberg|paimon]`: a chained Spark ETL pipeline, kept consistent by MetaService.
 
     orders ──┬─► enrich ──► orders_enriched ──┬─► revenue ──► revenue_by_day
              │                                │        ▲
@@ -6,8 +6,10 @@
     customers ─► dims ────► customer_dim ──────────────┘ (revenue also reads customer_dim)
 
 Each round ingests new orders (and sometimes customers), issues a barrier, and runs the jobs at different
-cadences. After each round it prints the barrier, every table's snapshot, a strong-consistent read whose
-invariant it checks, and the lineage.
+cadences, each sink with the write mode a real job would use: `enrich` appends the new orders, `dims` MERGEs
+new customers on their key, `audit` and `revenue` recompute only the days the new orders touch and overwrite
+those partitions, `reconcile` rewrites its small table whole. After each round it prints the barrier, every
+table's snapshot, a strong-consistent read whose invariant it checks, and the lineage.
 """
 
 from __future__ import annotations
@@ -21,51 +23,55 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import httpx
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from spark_client import DeltaCatalog, MetaServiceClient
+    from spark_client import Catalog, MetaServiceClient
     from spark_client.inputs import Inputs
+    from spark_client.modes import ModeSpec
 
 ORDERS, CUSTOMERS = "lake.raw.orders", "lake.raw.customers"
 ENRICHED, COUNTS, DIM = "lake.mart.orders_enriched", "lake.mart.order_counts", "lake.mart.customer_dim"
 REVENUE, RECON = "lake.mart.revenue_by_day", "lake.mart.reconciliation"
 ROUNDS = 5
+FORMATS = ("delta", "iceberg", "paimon")
 
 
-def enrich(inputs: Inputs) -> Mapping[str, DataFrame]:
+def enrich(inputs: Inputs) -> Mapping[str, DataFrame]:  # Append
     from pyspark.sql import functions as F
 
     orders = inputs.changes(ORDERS)  # incremental: only the orders added since the last barrier
     return {ENRICHED: orders.withColumn("amount", F.col("qty") * F.col("price")).drop("qty", "price")}
 
 
-def audit(inputs: Inputs) -> Mapping[str, DataFrame]:
+def audit(inputs: Inputs) -> Mapping[str, DataFrame]:  # OverwritePartitions(day)
     from pyspark.sql import functions as F
 
-    orders = inputs[ORDERS]
+    touched = inputs.changes(ORDERS).select("day").distinct()  # the days the new orders fall on
+    orders = inputs[ORDERS].join(touched, "day")  # those days whole, so their counts are complete
     counts = orders.groupBy("day").agg(
         F.count("*").alias("orders"), F.sum(F.col("qty") * F.col("price")).alias("amount")
     )
     return {COUNTS: counts}
 
 
-def dims(inputs: Inputs) -> Mapping[str, DataFrame]:
-    return {DIM: inputs[CUSTOMERS].dropDuplicates(["customer_id"])}
+def dims(inputs: Inputs) -> Mapping[str, DataFrame]:  # Merge(customer_id)
+    return {DIM: inputs.changes(CUSTOMERS).dropDuplicates(["customer_id"])}
 
 
-def revenue(inputs: Inputs) -> Mapping[str, DataFrame]:
+def revenue(inputs: Inputs) -> Mapping[str, DataFrame]:  # OverwritePartitions(day)
     from pyspark.sql import functions as F
 
-    joined = inputs[ENRICHED].join(inputs[DIM], "customer_id")
+    touched = inputs.changes(ENRICHED).select("day").distinct()
+    joined = inputs[ENRICHED].join(touched, "day").join(inputs[DIM], "customer_id")
     return {REVENUE: joined.groupBy("day", "region").agg(F.sum("amount").alias("revenue"))}
 
 
-def reconcile(inputs: Inputs) -> Mapping[str, DataFrame]:
+def reconcile(inputs: Inputs) -> Mapping[str, DataFrame]:  # Overwrite
     from pyspark.sql import functions as F
 
     enriched = inputs[ENRICHED].groupBy("day").agg(F.sum("amount").alias("enriched_amount"))
@@ -73,17 +79,20 @@ def reconcile(inputs: Inputs) -> Mapping[str, DataFrame]:
     return {RECON: joined.withColumn("matches", F.col("amount") == F.col("enriched_amount"))}
 
 
-# job id → (sources, sinks, transform, write mode, runs every N rounds)
-PIPELINE: dict[str, tuple[list[str], list[str], Any, str, int]] = {
-    "enrich": ([ORDERS], [ENRICHED], enrich, "append", 1),
-    "audit": ([ORDERS], [COUNTS], audit, "overwrite", 1),
-    "dims": ([CUSTOMERS], [DIM], dims, "overwrite", 2),
-    "revenue": ([ENRICHED, DIM], [REVENUE], revenue, "overwrite", 1),
-    "reconcile": ([ENRICHED, COUNTS], [RECON], reconcile, "overwrite", 2),
-}
+def pipeline() -> dict[str, tuple[list[str], list[str], Any, ModeSpec, int]]:
+    """job id → (sources, sinks, transform, write mode, runs every N rounds)."""
+    from spark_client.modes import Append, Merge, Overwrite, OverwritePartitions
+
+    return {
+        "enrich": ([ORDERS], [ENRICHED], enrich, Append(), 1),
+        "audit": ([ORDERS], [COUNTS], audit, OverwritePartitions(columns=("day",)), 1),
+        "dims": ([CUSTOMERS], [DIM], dims, Merge(keys=("customer_id",)), 2),
+        "revenue": ([ENRICHED, DIM], [REVENUE], revenue, OverwritePartitions(columns=("day",)), 1),
+        "reconcile": ([ENRICHED, COUNTS], [RECON], reconcile, Overwrite(), 2),
+    }
 
 
-def ingest(spark: SparkSession, catalog: DeltaCatalog, round_no: int, rng: random.Random) -> dict[str, int]:
+def ingest(spark: SparkSession, catalog: Catalog, round_no: int, rng: random.Random) -> dict[str, int]:
     """Append a batch of synthetic customers and orders to the root tables; return their new Delta versions."""
     from pyspark.sql import Row
 
@@ -107,7 +116,7 @@ def ingest(spark: SparkSession, catalog: DeltaCatalog, round_no: int, rng: rando
     }
 
 
-def check_invariant(spark: SparkSession, client: MetaServiceClient, catalog: DeltaCatalog) -> str:
+def check_invariant(spark: SparkSession, client: MetaServiceClient, catalog: Catalog) -> str:
     """Revenue per day equals the sum of the enriched orders of that day, read at one strong barrier."""
 
     from spark_client import NoConsistentVersion
@@ -118,7 +127,7 @@ def check_invariant(spark: SparkSession, client: MetaServiceClient, catalog: Del
         return f"strong read: not yet possible ({exc.detail})"
 
 
-def _checked_read(spark: SparkSession, client: MetaServiceClient, catalog: DeltaCatalog) -> str:
+def _checked_read(spark: SparkSession, client: MetaServiceClient, catalog: Catalog) -> str:
     from pyspark.sql import functions as F
 
     from spark_client import consistent_tables
@@ -146,9 +155,10 @@ def print_state(base_url: str) -> None:
         )
 
 
-def print_lineage(base_url: str) -> None:
+def print_lineage(base_url: str, modes: Mapping[str, object]) -> None:
     for job in httpx.get(f"{base_url}/jobs").json()["jobs"]:
-        print(f"   {', '.join(job['sources'])} ─► [{job['job_id']}] ─► {', '.join(job['sinks'])}")
+        mode = modes.get(job["job_id"], "")
+        print(f"   {', '.join(job['sources'])} ─► [{job['job_id']}] ─► {', '.join(job['sinks'])}   ({mode})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument("--lake", type=Path, default=None, help="lake directory (default: a temporary one)")
     parser.add_argument("--data-dir", type=Path, default=Path(".metaservice/demo"), help="embedded PostgreSQL dir")
+    parser.add_argument("--format", choices=FORMATS, default="delta", help="table format of every table")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
@@ -171,30 +182,42 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  server {server.base_url}  (API docs {server.base_url}/docs, UI {server.base_url}/ui/)")
     print(f"  lake   {lake}")
     try:
-        return run(server.base_url, lake, args.rounds, started)
+        return run(server.base_url, lake, args.rounds, started, table_format=args.format)
     finally:
         server.stop()
         if args.lake is None:
             shutil.rmtree(lake, ignore_errors=True)
 
 
-def run(base_url: str, lake: Path, rounds: int, started: float) -> int:
-    from spark_client import DeltaCatalog, EtlJob, MetaServiceClient
+def make_catalog(table_format: str, lake: Path) -> Catalog:
+    """The catalog of `table_format` rooted at `lake`."""
+    from spark_client import DeltaCatalog, IcebergCatalog, PaimonCatalog
+
+    if table_format == "iceberg":
+        return IcebergCatalog(lake)
+    if table_format == "paimon":
+        return PaimonCatalog(lake)
+    return cast("Catalog", DeltaCatalog(lake))  # a Catalog structurally (typed as one for this factory)
+
+
+def run(base_url: str, lake: Path, rounds: int, started: float, *, table_format: str = "delta") -> int:
+    from spark_client import EtlJob, MetaServiceClient
     from spark_client._spark import local_session
 
-    print("▶ starting Spark local[2] …", flush=True)
+    print(f"▶ starting Spark local[2] ({table_format} tables) …", flush=True)
     spark = local_session("metaservice-demo")
-    catalog = DeltaCatalog(str(lake))
+    catalog = make_catalog(table_format, lake)
     rng = random.Random(7)
+    steps = pipeline()
     with MetaServiceClient(base_url) as client:
         jobs = {
             name: EtlJob(spark, client, catalog, job_id=name, sources=src, sinks=dst)
-            for name, (src, dst, _t, _m, _c) in PIPELINE.items()
+            for name, (src, dst, _t, _m, _c) in steps.items()
         }
         for job in jobs.values():
             job.register()
-        print("▶ lineage")
-        print_lineage(base_url)
+        print("▶ lineage (write mode of each job)")
+        print_lineage(base_url, {name: step[3] for name, step in steps.items()})
         for round_no in range(1, rounds + 1):
             snapshots = ingest(spark, catalog, round_no, rng)
             barrier = client.issue_barrier(snapshots)
@@ -202,11 +225,11 @@ def run(base_url: str, lake: Path, rounds: int, started: float) -> int:
                 f"\n━━ round {round_no}/{rounds}: ingested {snapshots}, "
                 f"barrier {barrier.barrier} sealed {dict(barrier.sealed)}"
             )
-            for name, (_s, _d, transform, mode, cadence) in PIPELINE.items():
+            for name, (_s, _d, transform, mode, cadence) in steps.items():
                 if round_no % cadence and round_no != rounds:
                     print(f"   {name:<10} (runs every {cadence} rounds: not this one)")
                     continue
-                results = jobs[name].run_pending(transform, mode=mode)  # type: ignore[arg-type]
+                results = jobs[name].run_pending(transform, mode=mode)
                 done = [r for r in results if r.action == "process"]
                 last = results[-1]
                 print(

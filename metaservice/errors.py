@@ -54,6 +54,10 @@ class TableHasWriter(MetaServiceError):
     status, code, title = 409, "table_has_writer", "Table already has a writer"
 
 
+class TableNameConflict(MetaServiceError):
+    status, code, title = 409, "table_name_conflict", "Table name differs only in case from a registered table"
+
+
 class TableMetadataConflict(MetaServiceError):
     status, code, title = 409, "table_metadata_conflict", "Table format or location differs"
 
@@ -72,6 +76,10 @@ class SnapshotRegressed(MetaServiceError):
 
 class AlreadyCommitted(MetaServiceError):
     status, code, title = 409, "already_committed", "Barrier already committed"
+
+
+class NameTaken(MetaServiceError):
+    status, code, title = 409, "name_taken", "Name already in use"
 
 
 class NotRoot(MetaServiceError):
@@ -108,6 +116,15 @@ class Forbidden(MetaServiceError):
 
 class Unavailable(MetaServiceError):
     status, code, title = 503, "unavailable", "Service temporarily unavailable"
+
+    def __init__(self, detail: str, *, retry_after: int = 1, **extra: Any) -> None:
+        super().__init__(detail, headers={"Retry-After": str(retry_after)}, retry_after_seconds=retry_after, **extra)
+
+
+class Overloaded(MetaServiceError):
+    """More requests wait for a database connection than the server queues: shed early, retry shortly."""
+
+    status, code, title = 429, "overloaded", "Too many requests"
 
     def __init__(self, detail: str, *, retry_after: int = 1, **extra: Any) -> None:
         super().__init__(detail, headers={"Retry-After": str(retry_after)}, retry_after_seconds=retry_after, **extra)
@@ -219,7 +236,7 @@ def install_handlers(app: FastAPI) -> None:
             status=exc.status_code,
             code=code,
             title=str(exc.detail) if exc.status_code != 404 else "Not found",
-            detail=str(exc.detail) if exc.status_code != 404 else f"no route for {request.url.path}",
+            detail=str(exc.detail) if exc.status_code != 404 else _no_route(request),
             headers=dict(exc.headers) if exc.headers else None,
         )
 
@@ -235,13 +252,23 @@ def install_handlers(app: FastAPI) -> None:
         )
 
 
-def _allowed_methods(request: Request) -> list[str]:
-    """Every method the published API serves at this path (routes are nested in included routers)."""
+def _no_route(request: Request) -> str:
+    """The 404 detail; a path that exists without its trailing slash says so (there is no slash redirect)."""
+    path = request.url.path
+    stripped = path.rstrip("/")
+    if stripped and stripped != path and _allowed_methods(request, stripped):
+        return f"no route for {path}; without the trailing slash: {stripped}"
+    return f"no route for {path}"
+
+
+def _allowed_methods(request: Request, path: str | None = None) -> list[str]:
+    """Every method the published API serves at `path` (default: the request's; routes are nested in included
+    routers)."""
     import re
 
     methods: set[str] = set()
     for template, operations in request.app.openapi().get("paths", {}).items():
         pattern = re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template))
-        if re.fullmatch(pattern, request.url.path):
+        if re.fullmatch(pattern, path or request.url.path):
             methods |= {m.upper() for m in operations}
     return sorted(methods)

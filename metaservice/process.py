@@ -33,14 +33,20 @@ def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> N
 
 @dataclass
 class ServerProcess:
-    """A real `metaservice serve` subprocess on a free port."""
+    """A real `metaservice serve` subprocess on a free port.
 
-    database_url: str
+    Without a database URL it runs `serve --data-dir DATA_DIR`, which starts (and on exit stops) the embedded
+    PostgreSQL there.
+    """
+
+    database_url: str | None
     workers: int = 1
     env: Mapping[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     log_path: Path | None = None
     process: subprocess.Popen[bytes] | None = None
+    data_dir: Path | None = None
+    args: tuple[str, ...] = ()  # more `serve` options, e.g. ("--insecure",)
 
     @property
     def base_url(self) -> str:
@@ -49,7 +55,10 @@ class ServerProcess:
     def start(self, *, timeout: float = 60) -> ServerProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("METASERVICE_")}
         env.update(self.env)
-        env["METASERVICE_DATABASE_URL"] = self.database_url
+        if self.database_url is not None:
+            env["METASERVICE_DATABASE_URL"] = self.database_url
+        elif self.data_dir is None:
+            raise ValueError("give a database URL or a data dir for the embedded PostgreSQL")
         command = [
             sys.executable,
             "-m",
@@ -59,6 +68,8 @@ class ServerProcess:
             str(self.port),
             "--workers",
             str(self.workers),
+            *(["--data-dir", str(self.data_dir)] if self.database_url is None else []),
+            *self.args,
         ]
         if self.log_path is None:
             self.process = subprocess.Popen(

@@ -22,20 +22,13 @@ JobId = Annotated[str, StringConstraints(pattern=JOB_PATTERN, max_length=200)]
 MAX_BIGINT = 2**63 - 1
 
 
-def _json_number(value: object) -> object:
-    """Accept JSON numbers only (1 and 1.0 alike, as JSON Schema does); never coerce strings or booleans."""
-    if isinstance(value, bool | str | bytes):
-        raise ValueError("must be a JSON number")
-    return value
-
-
 def _json_string(value: object) -> object:
     if not isinstance(value, str | datetime):
         raise ValueError("must be an RFC 3339 string")
     return value
 
 
-SnapshotId = Annotated[int, Field(ge=0, le=MAX_BIGINT), BeforeValidator(_json_number)]
+SnapshotId = Annotated[int, Field(ge=0, le=MAX_BIGINT)]
 BarrierValue = Annotated[int, Field(ge=1, le=2**63 - 1)]
 Consistency = Literal["strong", "weak"]
 TableFormat = Literal["delta", "paimon", "iceberg"]
@@ -59,7 +52,8 @@ def _storable_time(value: datetime) -> datetime:
     return value
 
 
-CommitTime = Annotated[datetime, BeforeValidator(_json_string), AfterValidator(_storable_time)]
+# Not strict: a JSON body holds times as strings (`_json_string` admits nothing else).
+CommitTime = Annotated[datetime, Field(strict=False), BeforeValidator(_json_string), AfterValidator(_storable_time)]
 
 
 def _not_empty(mapping: dict[str, int]) -> dict[str, int]:
@@ -76,9 +70,13 @@ SnapshotMap = Annotated[
 
 
 class Request(BaseModel):
-    """Request bodies: unknown fields and values of another JSON type are rejected, never coerced."""
+    """Request bodies: unknown fields and values of another JSON type are rejected, never coerced.
 
-    model_config = ConfigDict(extra="forbid")
+    Strict for every body at once: an integer field (ids, snapshots, barriers) takes JSON integers only, so
+    `1.0` and `1e3` (floats once parsed) are 422, as are `"1"` and `true`; a float field still takes `1`.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class RegisterRequest(Request):
@@ -86,8 +84,17 @@ class RegisterRequest(Request):
     location: Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=NO_NUL)] | None = None
 
 
+StartAt = Literal["newest", "earliest"] | BarrierValue
+
+
 class NextBarrierRequest(Request):
     root_snapshots: SnapshotMap = Field(default_factory=dict)
+    start: StartAt | None = Field(
+        default=None,
+        description="where a job that never settled a barrier starts: `newest` (default: the newest barrier all "
+        "its inputs settled), `earliest` (the first barrier at which every input holds data: a backfill) or a "
+        "barrier value (the first barrier at or after it). Ignored once the job has settled a barrier.",
+    )
 
 
 class IssueBarrierRequest(Request):
@@ -119,6 +126,13 @@ class Registration(BaseModel):
     created: bool
 
 
+class EdgeRemoval(BaseModel):
+    job_id: str
+    table: str
+    role: Literal["source", "sink"]
+    removed: bool = Field(description="false when the job had no such edge (nothing changed)")
+
+
 class Unregistration(BaseModel):
     job_id: str
     status: Literal["unregistered"] = "unregistered"
@@ -129,11 +143,22 @@ class InputSnapshot(BaseModel):
     previous_snapshot_id: int | None
 
 
+class SinkSnapshot(BaseModel):
+    previous_snapshot_id: int | None = Field(
+        description="the sink's snapshot as MetaService recorded it before this barrier (null: none): what storage "
+        "must hold before the job writes; anything committed after it (an aborted attempt) is to be undone"
+    )
+
+
 class BarrierDecision(BaseModel):
     job_id: str
     action: Literal["process", "wait", "idle"]
     barrier: int | None
     inputs: dict[str, InputSnapshot] = Field(default_factory=dict)
+    sinks: dict[str, SinkSnapshot] = Field(default_factory=dict, description="with `process`: each sink's baseline")
+    waiting_for: list[str] = Field(
+        default_factory=list, description="with `wait`: the inputs that have not settled `barrier` yet"
+    )
     skipped: list[int] = Field(default_factory=list)
     retry_after_seconds: float | None = None
 
@@ -291,8 +316,13 @@ class RenewLeaseRequest(Request):
 class LeaseInfo(BaseModel):
     lease_id: str
     holder: str
+    owner: str | None = Field(default=None, description="the token that created it (null: authentication off)")
     expires_at: datetime
     snapshots: dict[str, int]
+
+
+class LeaseList(BaseModel):
+    leases: list[LeaseInfo] = Field(description="live leases, soonest to expire first")
 
 
 class ProtectedSnapshot(BaseModel):

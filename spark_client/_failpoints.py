@@ -1,7 +1,8 @@
 """Crash-test failpoints: `METASERVICE_CLIENT_FAILPOINT=<name>` kills the driver with SIGKILL at that point.
 
 Names in use: `after_files_written` (data files written, Delta log untouched), `after_delta_commit` (the
-tagged commit is in the log, MetaService not told) and `before_metaservice_commit`.
+tagged commit is in the log, MetaService not told), `after_table_commit` (the same for Iceberg and Paimon) and
+`before_metaservice_commit`.
 """
 
 from __future__ import annotations

@@ -43,6 +43,8 @@ logger = logging.getLogger("spark_client")
 TOKEN_ENV = "METASERVICE_TOKEN"
 Consistency = Literal["strong", "weak"]
 Direction = Literal["upstream", "downstream", "both"]
+StartAt = Literal["newest", "earliest"] | int
+"""Where a job's first barrier is: the newest its inputs settled, the earliest (a backfill), or a barrier."""
 
 # The request provably never reached the server: safe to repeat even when the call is not idempotent.
 _NOT_SENT: tuple[type[httpx.TransportError], ...] = (
@@ -83,6 +85,29 @@ def _table_path(table: str) -> str:
 def _segment(value: str | int) -> str:
     """One path segment; job ids may hold `.`, `:` and `-`, and nothing may escape the segment."""
     return quote(str(value), safe="")
+
+
+def _check_base_url(base_url: str) -> None:
+    """An absolute http(s) URL with a host: anything else fails only later, and less clearly."""
+    try:
+        url = httpx.URL(base_url)
+    except (httpx.InvalidURL, TypeError) as exc:
+        raise ValueError(f"base_url {base_url!r} is not a URL: {exc}") from None
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(
+            f"base_url must be an absolute http(s) URL with a host, e.g. 'http://127.0.0.1:8080'; got {base_url!r}"
+        )
+
+
+def check_start(start: object) -> StartAt:
+    """`start` as the server takes it: "newest", "earliest" or a positive barrier value.
+
+    Example:
+        check_start("earliest")
+    """
+    if start in ("newest", "earliest") or (isinstance(start, int) and not isinstance(start, bool) and start > 0):
+        return start
+    raise ValueError(f"start must be 'newest', 'earliest' or a barrier (a positive integer), got {start!r}")
 
 
 def _rfc3339(moment: datetime) -> str:
@@ -141,7 +166,7 @@ class MetaServiceClient:
     `detail` and `body`.
 
     Args:
-        base_url: the server, e.g. "http://127.0.0.1:8080" (a path prefix is kept).
+        base_url: the server, e.g. "http://127.0.0.1:8080" (a path prefix is kept); the scheme is required.
         token: bearer token; defaults to the environment variable `METASERVICE_TOKEN`. No token: no
             Authorization header.
         retry: the retry policy (default: 8 attempts within 60 s, backoff 0.1 s doubling up to 5 s).
@@ -164,6 +189,7 @@ class MetaServiceClient:
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
+        _check_base_url(base_url)
         self._retry = retry or RetryPolicy()
         token = token if token is not None else os.environ.get(TOKEN_ENV)
         headers = {"User-Agent": _user_agent(), "Accept": "application/json, application/problem+json"}
@@ -272,12 +298,21 @@ class MetaServiceClient:
 
     # --- barrier protocol ---------------------------------------------------------------------------------
 
-    def next_barrier(self, job_id: str, root_snapshots: Mapping[str, int] | None = None) -> BarrierDecision:
+    def next_barrier(
+        self,
+        job_id: str,
+        root_snapshots: Mapping[str, int] | None = None,
+        *,
+        start: StartAt | None = None,
+    ) -> BarrierDecision:
         """Ask what the job must do now. Until commit or abort, the same barrier and inputs come back.
 
         Args:
             job_id: the job.
             root_snapshots: the latest storage snapshot of each root input; newer ones lead to a new barrier.
+            start: for a job that never settled a barrier: "newest" (the server's default: the newest barrier
+                its inputs settled), "earliest" (the first barrier at which every input holds data: a
+                backfill) or a barrier value (the first barrier at or after it). Ignored afterwards.
 
         Returns:
             "process" a barrier with the given inputs, "wait" for one, or "idle".
@@ -288,7 +323,9 @@ class MetaServiceClient:
         Example:
             decision = client.next_barrier("enrich", {"lake.raw.orders": 12})
         """
-        body = {"root_snapshots": dict(root_snapshots or {})}
+        body: dict[str, Any] = {"root_snapshots": dict(root_snapshots or {})}
+        if start is not None:
+            body["start"] = check_start(start)
         path = f"/jobs/{_segment(job_id)}/barriers/next"
         return BarrierDecision.from_json(self._object("POST", path, json=body))
 
@@ -571,15 +608,26 @@ class MetaServiceClient:
 
         def log_retry(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome is not None else None
-            logger.warning(
-                "%s %s failed on attempt %d of %d (%s); retrying in %.2fs",
-                method,
-                path,
-                state.attempt_number,
-                self._retry.attempts,
-                exc,
-                state.upcoming_sleep,
-            )
+            if state.attempt_number == 1:  # one warning per call; the following attempts only at debug level
+                logger.warning(
+                    "%s %s%s failed (%s); retrying up to %d attempts within %.0fs",
+                    method,
+                    self.base_url,
+                    path,
+                    exc,
+                    self._retry.attempts,
+                    self._retry.deadline,
+                )
+            else:
+                logger.debug(
+                    "%s %s failed on attempt %d of %d (%s); retrying in %.2fs",
+                    method,
+                    path,
+                    state.attempt_number,
+                    self._retry.attempts,
+                    exc,
+                    state.upcoming_sleep,
+                )
 
         def give_up(state: RetryCallState) -> NoReturn:
             exc = state.outcome.exception() if state.outcome is not None else None
@@ -596,7 +644,10 @@ class MetaServiceClient:
         )
         for attempt in retrying:
             with attempt:
-                return self._send(method, path, idempotent=idempotent, **kwargs)
+                response = self._send(method, path, idempotent=idempotent, **kwargs)
+                if attempt.retry_state.attempt_number > 1:
+                    logger.info("%s %s succeeded on attempt %d", method, path, attempt.retry_state.attempt_number)
+                return response
         raise AssertionError("unreachable: the last attempt either returns or raises")
 
     def _send(self, method: str, path: str, *, idempotent: bool, **kwargs: Any) -> httpx.Response:
@@ -605,17 +656,27 @@ class MetaServiceClient:
         try:
             response = self._http.request(method, path, **kwargs)
         except _NOT_SENT as exc:
-            raise Unavailable(f"{method} {path}: {exc!r}", code="connection_failed") from exc
+            raise Unavailable(
+                f"{method} {self.base_url}{path}: cannot reach the MetaService server at {self.base_url} "
+                f"({type(exc).__name__}: {exc})",
+                code="connection_failed",
+            ) from exc
         except _MAYBE_SENT as exc:
             if idempotent:
-                raise Unavailable(f"{method} {path}: {exc!r}", code="connection_lost") from exc
+                raise Unavailable(
+                    f"{method} {self.base_url}{path}: the connection to {self.base_url} was lost "
+                    f"({type(exc).__name__}: {exc})",
+                    code="connection_lost",
+                ) from exc
             raise OutcomeUnknown(
-                f"{method} {path}: {type(exc).__name__} after the request may have been sent; "
+                f"{method} {self.base_url}{path}: {type(exc).__name__} after the request may have been sent; "
                 "it may or may not have taken effect",
                 code="outcome_unknown",
             ) from exc
-        except httpx.TransportError as exc:  # unsupported scheme, proxy and local protocol errors
-            raise MetaServiceError(f"{method} {path}: {exc!r}", code="transport_error") from exc
+        except httpx.TransportError as exc:  # proxy and local protocol errors
+            raise MetaServiceError(
+                f"{method} {self.base_url}{path}: {type(exc).__name__}: {exc}", code="transport_error"
+            ) from exc
         if response.is_success:
             return response
         retry_after = _retry_after(response)
@@ -654,4 +715,4 @@ class MetaServiceClient:
         return data
 
 
-__all__ = ["MetaServiceClient"]
+__all__ = ["MetaServiceClient", "StartAt", "check_start"]

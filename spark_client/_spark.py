@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -10,8 +11,10 @@ if TYPE_CHECKING:
 
 
 def local_session(app_name: str, *, cores: int = 2) -> SparkSession:
-    """`local[cores]` with the UI and progress bars off, few shuffle partitions, UTC session time zone."""
+    """`local[cores]` with the UI and progress bars off, few shuffle partitions, UTC session time zone; Python
+    tasks (Paimon's executor-side writes) run in this interpreter."""
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # executors' Python: pypaimon writes there
     from pyspark.sql import SparkSession
 
     spark = (

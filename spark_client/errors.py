@@ -1,5 +1,8 @@
 """Exceptions raised by the client, one class per problem `code` the server reports.
 
+The errors of a job's own logic (not answers of the server) are at the end: `PermanentFailure`,
+`InvalidTransformResult`, `UnsafeWriteMode` and `UnexpectedSinkCommit`.
+
 Every error answer of MetaService is an RFC 9457 problem document
 (`{"type", "title", "status", "detail", "code", ...}`); `error_from_problem` turns one into the matching
 exception. Errors that never reached the server (connection failures) and answers of unknown outcome are
@@ -289,6 +292,62 @@ class OutcomeUnknown(MetaServiceError):
     """
 
 
+class PermanentFailure(Exception):
+    """Raise from a transform to give the barrier up (abort) instead of retrying it on the next run.
+
+    The job aborts the barrier on the server, then restores the sinks it had already written for it to their
+    baseline, so none of the barrier's rows stay behind.
+
+    Example:
+        def transform(inputs):
+            if inputs["lake.raw.orders"].isEmpty():
+                raise PermanentFailure("the upstream export is empty")
+            ...
+    """
+
+
+class InvalidTransformResult(TypeError):
+    """The transform returned something other than one DataFrame per declared sink; nothing was written.
+
+    Example:
+        try:
+            job.run_once(lambda inputs: inputs["lake.raw.orders"])   # a bare DataFrame, not {sink: df}
+        except InvalidTransformResult as exc:
+            print(exc)
+    """
+
+
+class UnsafeWriteMode(ValueError):
+    """A write mode that would lose rows with how the transform read its inputs: an incremental read
+    (`inputs.changes`) written with a whole-table `Overwrite`. Nothing was written.
+
+    Example:
+        job.run_once(transform, mode=Append())   # instead of "overwrite" when transform uses inputs.changes
+    """
+
+
+class UnexpectedSinkCommit(RuntimeError):
+    """A sink holds a commit after MetaService's baseline that this job did not make (another writer, or a
+    restore to another snapshot). The job will not guess: restore the table to the baseline, or roll the
+    pipeline back. Nothing was written.
+
+    Attributes:
+        table: the sink.
+        baseline: the snapshot MetaService holds for it before the barrier.
+        snapshot_id: the unexpected commit.
+
+    Example:
+        try:
+            job.run_once(transform, mode="append")
+        except UnexpectedSinkCommit as exc:
+            catalog.restore(exc.table, exc.baseline)
+    """
+
+    def __init__(self, detail: str, *, table: str, baseline: int | None, snapshot_id: int) -> None:
+        super().__init__(detail)
+        self.table, self.baseline, self.snapshot_id = table, baseline, snapshot_id
+
+
 _CONFLICTS: dict[str, type[Conflict]] = {
     "cycle": CycleError,
     "table_has_writer": TableHasWriter,
@@ -349,17 +408,21 @@ __all__ = [
     "CycleError",
     "Forbidden",
     "InvalidRequest",
+    "InvalidTransformResult",
     "MetaServiceError",
     "NoConsistentVersion",
     "NotFound",
     "NotInFlight",
     "NotRoot",
     "OutcomeUnknown",
+    "PermanentFailure",
     "ServerError",
     "SnapshotConflict",
     "SnapshotRegressed",
     "TableHasWriter",
     "Unauthorized",
     "Unavailable",
+    "UnexpectedSinkCommit",
+    "UnsafeWriteMode",
     "error_from_problem",
 ]

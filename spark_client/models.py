@@ -120,6 +120,30 @@ class InputSnapshot:
 
 
 @dataclass(frozen=True)
+class SinkBaseline:
+    """What a sink holds in MetaService before the barrier: storage must agree before the job writes.
+
+    Attributes:
+        previous_snapshot_id: the sink's snapshot before this barrier; None when it has none yet. Commits
+            after it that an aborted attempt left are undone before writing (design rule 11).
+
+    Example:
+        baseline = decision.sinks["lake.mart.orders_enriched"].previous_snapshot_id
+    """
+
+    previous_snapshot_id: int | None = None
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SinkBaseline:
+        """Parse `{"previous_snapshot_id"}`.
+
+        Example:
+            SinkBaseline.from_json({"previous_snapshot_id": 4})
+        """
+        return cls(_opt_int(data, "previous_snapshot_id"))
+
+
+@dataclass(frozen=True)
 class BarrierDecision:
     """The answer of `next_barrier`: process `barrier`, wait for it, or nothing to do (idle).
 
@@ -129,6 +153,7 @@ class BarrierDecision:
             yet) or "idle" (nothing newer than the job's last barrier).
         barrier: the barrier to process or wait for; None when idle.
         inputs: source table → snapshots to read (only for "process").
+        sinks: sink table → its baseline before the barrier (only for "process"; empty from older servers).
         skipped: barriers passed over because an input aborted them.
         retry_after_seconds: a hint for how long to wait before asking again.
 
@@ -144,6 +169,7 @@ class BarrierDecision:
     inputs: Mapping[str, InputSnapshot] = field(default_factory=dict)
     skipped: tuple[int, ...] = ()
     retry_after_seconds: float | None = None
+    sinks: Mapping[str, SinkBaseline] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> BarrierDecision:
@@ -156,6 +182,10 @@ class BarrierDecision:
             str(name): InputSnapshot.from_json(_object(value, f"input {name!r}"))
             for name, value in _object(data.get("inputs"), "inputs").items()
         }
+        sinks = {
+            str(name): SinkBaseline.from_json(_object(value, f"sink {name!r}"))
+            for name, value in _object(data.get("sinks"), "sinks").items()
+        }
         skipped = data.get("skipped") or []
         if not isinstance(skipped, list):
             raise ValueError(f"field 'skipped' must be a list, got {skipped!r}")
@@ -167,6 +197,7 @@ class BarrierDecision:
             inputs=inputs,
             skipped=tuple(_int({"skipped": b}, "skipped") for b in skipped),
             retry_after_seconds=None if retry_after is None else float(retry_after),
+            sinks=sinks,
         )
 
 
@@ -438,6 +469,7 @@ __all__ = [
     "Registration",
     "Retention",
     "RollbackPlan",
+    "SinkBaseline",
     "TableVersion",
     "parse_time",
 ]

@@ -1,17 +1,36 @@
 """Shared fixtures: a real PostgreSQL (embedded by default), one migrated database and one real server per
-xdist worker, and a plain HTTP client against it. Tables are truncated after each test."""
+xdist worker, and a plain HTTP client against it. Tables are truncated after each test.
+
+The embedded PostgreSQL under `.test-pg` belongs to the run: the controlling pytest process (xdist's controller,
+or the only process without xdist) takes a handle on it at session start and releases it last, after the
+workers exited, which stops it unless another live process (a concurrent run) still holds a handle.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from metaservice.db import migrate
+from metaservice.db import embedded, migrate
 from tests import support
+
+_TEST_POSTGRES = pytest.StashKey[Any]()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if not hasattr(session.config, "workerinput"):  # the controller, not an xdist worker
+        session.config.stash[_TEST_POSTGRES] = support.hold_test_postgres()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    server = config.stash.get(_TEST_POSTGRES, None)
+    if server is not None:
+        embedded.stop(server)
 
 
 @pytest.fixture(autouse=True)
@@ -20,6 +39,7 @@ def _isolate_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith("METASERVICE_") and name not in (
             "METASERVICE_TEST_DATABASE_URL",
+            "METASERVICE_TEST_PG_DIR",
             "METASERVICE_REQUIRE_BROWSER",
         ):
             monkeypatch.delenv(name)
@@ -47,7 +67,8 @@ def fx_database_url(admin_url: str, worker_id: str) -> str:
 def fx_server(database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[support.ServerProcess]:
     """One real `metaservice serve` (uvicorn over HTTP) per worker, shared by the tests of that worker."""
     log = Path(tmp_path_factory.mktemp("server")) / "server.log"
-    server = support.ServerProcess(database_url, log_path=log).start()
+    env = {"METASERVICE_METRICS_REFRESH_SECONDS": "0.2"}  # /metrics figures are read in the background
+    server = support.ServerProcess(database_url, env=env, log_path=log).start()
     yield server
     server.stop()
 

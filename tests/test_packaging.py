@@ -94,5 +94,5 @@ def test_installed_wheel_migrates_a_database_without_the_checkout(wheel: Path, t
         (tables,) = conn.execute(
             "SELECT count(*) FROM information_schema.tables WHERE table_name IN ('barriers', 'barrier_clock')"
         ).fetchone() or (0,)
-        functions = conn.execute("SELECT count(*) FROM pg_proc WHERE proname = 'metaservice_issue_barrier'").fetchone()
+        functions = conn.execute("SELECT count(*) FROM pg_proc WHERE proname = 'metaservice_issue_barriers'").fetchone()
     assert tables == 2 and functions == (1,)

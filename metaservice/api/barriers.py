@@ -6,14 +6,15 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Header, status
 
+from metaservice.api.auth import PrincipalDep
 from metaservice.api.deps import (
     BarrierPath,
     BeforeBarrier,
     CatalogPath,
+    DatabaseDep,
     DatabasePath,
     JobIdPath,
     Limit,
-    SessionDep,
     SettingsDep,
     TablePath,
     table_name,
@@ -42,38 +43,37 @@ router = APIRouter(tags=["barriers"])
 @router.post("/jobs/{job_id}/barriers/next", responses=problems(404, 409))
 async def next_barrier(
     job_id: JobIdPath,
-    session: SessionDep,
+    db: DatabaseDep,
     settings: SettingsDep,
+    principal: PrincipalDep,
     body: Annotated[NextBarrierRequest | None, Body()] = None,
 ) -> BarrierDecision:
     """Tell a job which barrier to process now, or that it must wait or is idle. Retried calls get the same answer."""
     return await barrier_service.next_barrier(
-        session,
+        db,
         job_id=job_id,
         root_snapshots=body.root_snapshots if body else {},
         min_interval=settings.min_barrier_interval,
+        start=body.start if body else None,
+        principal=principal,
     )
 
 
 @router.post("/jobs/{job_id}/barriers/{barrier}/commit", responses=problems(404, 409))
-async def commit_barrier(
-    job_id: JobIdPath, barrier: BarrierPath, body: CommitRequest, session: SessionDep
-) -> CommitResult:
+async def commit_barrier(job_id: JobIdPath, barrier: BarrierPath, body: CommitRequest, db: DatabaseDep) -> CommitResult:
     """Record the job's sink snapshots for the barrier; the same commit again is a no-op."""
-    return await barrier_service.commit_barrier(session, job_id=job_id, barrier=barrier, snapshots=body.snapshots)
+    return await barrier_service.commit_barrier(db, job_id=job_id, barrier=barrier, snapshots=body.snapshots)
 
 
 @router.post("/jobs/{job_id}/barriers/{barrier}/abort", responses=problems(404, 409))
 async def abort_barrier(
     job_id: JobIdPath,
     barrier: BarrierPath,
-    session: SessionDep,
+    db: DatabaseDep,
     body: Annotated[AbortRequest | None, Body()] = None,
 ) -> AbortResult:
     """Give up the barrier: it never completes in the job's sinks and downstream jobs skip it."""
-    return await barrier_service.abort_barrier(
-        session, job_id=job_id, barrier=barrier, reason=body.reason if body else None
-    )
+    return await barrier_service.abort_barrier(db, job_id=job_id, barrier=barrier, reason=body.reason if body else None)
 
 
 IdempotencyKey = Annotated[
@@ -91,7 +91,7 @@ IdempotencyKey = Annotated[
 
 @router.post("/barriers", status_code=status.HTTP_201_CREATED, responses=problems(404, 409))
 async def issue_barrier(
-    session: SessionDep,
+    db: DatabaseDep,
     body: Annotated[IssueBarrierRequest | None, Body()] = None,
     idempotency_key: IdempotencyKey = None,
 ) -> IssuedBarrier:
@@ -99,20 +99,20 @@ async def issue_barrier(
 
     Not idempotent unless an `Idempotency-Key` is sent: then a repeat returns the same answer."""
     return await barrier_service.issue_barrier(
-        session, root_snapshots=body.root_snapshots if body else {}, request_key=idempotency_key
+        db, root_snapshots=body.root_snapshots if body else {}, request_key=idempotency_key
     )
 
 
 @router.get("/barriers", responses=problems())
-async def list_barriers(session: SessionDep, limit: Limit = 100, before: BeforeBarrier = None) -> BarrierList:
+async def list_barriers(db: DatabaseDep, limit: Limit = 100, before: BeforeBarrier = None) -> BarrierList:
     """Barriers, newest first."""
-    return await inspection.list_barriers(session, limit=limit, before=before)
+    return await inspection.list_barriers(db, limit=limit, before=before)
 
 
 @router.get("/barriers/{barrier}", responses=problems(404))
-async def get_barrier(barrier: BarrierPath, session: SessionDep) -> BarrierDetail:
+async def get_barrier(barrier: BarrierPath, db: DatabaseDep) -> BarrierDetail:
     """One barrier with the state of every table at it."""
-    return await inspection.get_barrier(session, barrier=barrier)
+    return await inspection.get_barrier(db, barrier=barrier)
 
 
 @router.post("/tables/{catalog}/{database}/{table}/snapshots", responses=problems(404, 409))
@@ -121,11 +121,11 @@ async def report_snapshot(
     database: DatabasePath,
     table: TablePath,
     body: SnapshotReportRequest,
-    session: SessionDep,
+    db: DatabaseDep,
 ) -> SnapshotReport:
     """An external writer reports a new snapshot of a root table; the next barrier seals it."""
     name = table_name(catalog, database, table)
     latest = await barrier_service.report_snapshot(
-        session, table=name, snapshot_id=body.snapshot_id, committed_at=body.committed_at
+        db, table=name, snapshot_id=body.snapshot_id, committed_at=body.committed_at
     )
     return SnapshotReport(table=name, latest_snapshot_id=latest)

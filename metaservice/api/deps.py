@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Path, Query, Request
-from sqlalchemy.ext.asyncio import AsyncSession
+from pydantic import BeforeValidator
 
+from metaservice.db.database import Database
 from metaservice.schemas import JOB_PATTERN, NAME_PART_PATTERN
 from metaservice.settings import Settings
 
 
-async def get_session(request: Request) -> AsyncIterator[AsyncSession]:
-    """One session per request. It never commits: services commit before the route returns."""
-    async with request.state.sessions() as session:
-        yield session
+def get_database(request: Request) -> Database:
+    """The process's database (pool and allocator), opened in the lifespan. Services draw their own transaction
+    boundaries; nothing is committed after the route returns."""
+    database: Database = request.state.database
+    return database
 
 
 def get_settings(request: Request) -> Settings:
@@ -23,14 +24,26 @@ def get_settings(request: Request) -> Settings:
     return settings
 
 
-SessionDep = Annotated[AsyncSession, Depends(get_session)]
+DatabaseDep = Annotated[Database, Depends(get_database)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 JobIdPath = Annotated[str, Path(pattern=JOB_PATTERN, max_length=200, description="ETL job id")]
 CatalogPath = Annotated[str, Path(pattern=NAME_PART_PATTERN, max_length=128)]
 DatabasePath = Annotated[str, Path(pattern=NAME_PART_PATTERN, max_length=128)]
 TablePath = Annotated[str, Path(pattern=NAME_PART_PATTERN, max_length=128)]
-BarrierPath = Annotated[int, Path(ge=1, le=2**63 - 1, description="barrier value")]
+
+
+def _plain_digits(value: object) -> object:
+    """Path ids are ASCII digits only: int() would also read `1_000`, `+5`, ` 5` and other scripts' digits."""
+    if isinstance(value, str) and not (value.isascii() and value.isdigit()):
+        raise ValueError("must be a plain decimal number (digits 0-9 only)")
+    return value
+
+
+# The validator after Path(): in front of it, FastAPI publishes the bounds as `ge`/`le` instead of minimum/maximum.
+BarrierPath = Annotated[
+    int, Path(ge=1, le=2**63 - 1, description="barrier value (digits only)"), BeforeValidator(_plain_digits)
+]
 Limit = Annotated[int, Query(ge=1, le=1000, description="page size")]
 BeforeBarrier = Annotated[int | None, Query(ge=1, le=2**63 - 1, description="page: only entries before this barrier")]
 AfterName = Annotated[

@@ -6,10 +6,12 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Path, Response, status
 
-from metaservice.api.deps import CatalogPath, DatabasePath, JobIdPath, SessionDep, TablePath, table_name
+from metaservice.api.auth import PrincipalDep
+from metaservice.api.deps import CatalogPath, DatabaseDep, DatabasePath, JobIdPath, TablePath, table_name
 from metaservice.api.responses import problems
-from metaservice.schemas import RegisterRequest, Registration, TableVersion, Unregistration
+from metaservice.schemas import EdgeRemoval, RegisterRequest, Registration, TableVersion, Unregistration
 from metaservice.services import registry, versions
+from metaservice.services.tokens import Principal
 
 router = APIRouter(tags=["FLIP-276"])
 
@@ -24,16 +26,18 @@ async def _register(
     job_id: str,
     table: str,
     body: RegisterRequest | None,
-    session: SessionDep,
+    db: DatabaseDep,
     response: Response,
+    principal: Principal,
 ) -> Registration:
     result = await registry.register(
-        session,
+        db,
         job_id=job_id,
         table=table,
         role=role,
         format=body.format if body else None,
         location=body.location if body else None,
+        principal=principal,
     )
     response.status_code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
     return result
@@ -49,12 +53,15 @@ async def register_source(
     catalog: CatalogPath,
     database: DatabasePath,
     table: TablePath,
-    session: SessionDep,
+    db: DatabaseDep,
     response: Response,
+    principal: PrincipalDep,
     body: OptionalRegisterBody = None,
 ) -> Registration:
-    """Declare that the job reads the table (201 new edge, 200 already there; 409 `cycle`)."""
-    return await _register("source", job_id, table_name(catalog, database, table), body, session, response)
+    """Declare that the job reads the table (201 new edge, 200 already there; 409 `cycle`).
+
+    A job with a barrier in flight gets it aborted: it was planned on the old lineage."""
+    return await _register("source", job_id, table_name(catalog, database, table), body, db, response, principal)
 
 
 @router.post(
@@ -67,12 +74,35 @@ async def register_sink(
     catalog: CatalogPath,
     database: DatabasePath,
     table: TablePath,
-    session: SessionDep,
+    db: DatabaseDep,
     response: Response,
+    principal: PrincipalDep,
     body: OptionalRegisterBody = None,
 ) -> Registration:
-    """Declare that the job writes the table (409 `table_has_writer` with `writer`, 409 `cycle`)."""
-    return await _register("sink", job_id, table_name(catalog, database, table), body, session, response)
+    """Declare that the job writes the table (409 `table_has_writer` with `writer`, 409 `cycle`,
+    409 `table_name_conflict` for a case variant of a registered name, 403 outside a job token's namespaces).
+
+    A job with a barrier in flight gets it aborted: it was planned on the old lineage."""
+    return await _register("sink", job_id, table_name(catalog, database, table), body, db, response, principal)
+
+
+@router.delete("/register/source/{job_id}/{catalog}/{database}/{table}", responses=problems(404))
+async def remove_source(
+    job_id: JobIdPath, catalog: CatalogPath, database: DatabasePath, table: TablePath, db: DatabaseDep
+) -> EdgeRemoval:
+    """The job stops reading the table (`removed: false` when it did not). Its next barrier is processed."""
+    name = table_name(catalog, database, table)
+    return await registry.remove_edge(db, job_id=job_id, table=name, role="source")
+
+
+@router.delete("/register/sink/{job_id}/{catalog}/{database}/{table}", responses=problems(404))
+async def remove_sink(
+    job_id: JobIdPath, catalog: CatalogPath, database: DatabasePath, table: TablePath, db: DatabaseDep
+) -> EdgeRemoval:
+    """The job stops writing the table, which keeps its history and settles no newer barrier until a new writer
+    or an external snapshot report (an orphan)."""
+    name = table_name(catalog, database, table)
+    return await registry.remove_edge(db, job_id=job_id, table=name, role="sink")
 
 
 @router.get("/version/{consistency_type}/{catalog}/{database}/{table}", responses=problems(404))
@@ -81,17 +111,17 @@ async def table_version(
     catalog: CatalogPath,
     database: DatabasePath,
     table: TablePath,
-    session: SessionDep,
+    db: DatabaseDep,
 ) -> TableVersion:
     """The snapshot of one table to read now (404 `no_consistent_version` before its first completion)."""
     name = table_name(catalog, database, table)
-    result = await versions.consistent_versions(session, tables=[name], consistency=consistency_type)
+    result = await versions.consistent_versions(db, tables=[name], consistency=consistency_type)
     return TableVersion(
         table=name, consistency=consistency_type, barrier=result.barrier, snapshot_id=result.versions[name]
     )
 
 
 @router.post("/unregister/{job_id}", responses=problems(404))
-async def unregister(job_id: JobIdPath, session: SessionDep) -> Unregistration:
+async def unregister(job_id: JobIdPath, db: DatabaseDep) -> Unregistration:
     """The job terminated: drop its edges and writer claims; its barrier history stays."""
-    return await registry.unregister(session, job_id=job_id)
+    return await registry.unregister(db, job_id=job_id)

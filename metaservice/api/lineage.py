@@ -8,7 +8,7 @@ import pydantic_core
 from fastapi import APIRouter, Query, Request, Response
 
 from metaservice import observability
-from metaservice.api.deps import CatalogPath, DatabasePath, SessionDep, TablePath, table_name
+from metaservice.api.deps import CatalogPath, DatabaseDep, DatabasePath, TablePath, table_name
 from metaservice.api.responses import problems
 from metaservice.schemas import TABLE_PATTERN, DelayList, LineageDirection, LineageGraph, TableDelay
 from metaservice.services import delays, lineage
@@ -33,7 +33,7 @@ BarrierQuery = Annotated[
 
 @router.get("/lineage", response_model=LineageGraph, responses=problems(404))
 async def get_lineage(
-    session: SessionDep,
+    db: DatabaseDep,
     table: TableQuery = None,
     direction: LineageDirection = "both",
     depth: DepthQuery = lineage.DEFAULT_DEPTH,
@@ -45,7 +45,7 @@ async def get_lineage(
     table it writes. Table nodes carry their newest complete barrier, snapshot and delay; job nodes their recent
     barrier timings.
     """
-    graph = await lineage.lineage_graph(session, table=table, direction=direction, depth=depth, max_nodes=max_nodes)
+    graph = await lineage.lineage_graph(db, table=table, direction=direction, depth=depth, max_nodes=max_nodes)
     # Serialised directly from plain data in the model's wire shape: answers run to tens of thousands of nodes, and
     # building and validating models for them would cost more than the rest of the request.
     return Response(pydantic_core.to_json(graph), media_type="application/json")
@@ -56,7 +56,7 @@ async def get_table_delay(
     catalog: CatalogPath,
     database: DatabasePath,
     table: TablePath,
-    session: SessionDep,
+    db: DatabaseDep,
     barrier: BarrierQuery = None,
 ) -> TableDelay:
     """End-to-end delay of a table and the critical path of its newest complete barrier, with the bottleneck job.
@@ -68,13 +68,13 @@ async def get_table_delay(
     null and an empty path. With `barrier=B`: 404 `not_found` if B was never issued, 404 `no_consistent_version`
     if the table did not complete B.
     """
-    return await delays.table_delay(session, table=table_name(catalog, database, table), barrier=barrier)
+    return await delays.table_delay(db, table=table_name(catalog, database, table), barrier=barrier)
 
 
 @router.get("/delays", responses=problems())
-async def list_delays(session: SessionDep) -> DelayList:
+async def list_delays(db: DatabaseDep) -> DelayList:
     """Every table's delay with its bottleneck job, worst first; tables that completed nothing come first."""
-    return await delays.all_delays(session)
+    return await delays.all_delays(db)
 
 
 @router.get(
@@ -83,10 +83,11 @@ async def list_delays(session: SessionDep) -> DelayList:
     response_class=Response,
     responses={200: {"content": {observability.METRICS_CONTENT_TYPE: {}}, "description": "Prometheus text format"}},
 )
-async def metrics(request: Request, session: SessionDep) -> Response:
-    """Prometheus text. Database figures are the same from every process; request and pool figures are per process."""
-    figures = await delays.metric_figures(session)
+async def metrics(request: Request, db: DatabaseDep) -> Response:
+    """Prometheus text, from memory: database figures are refreshed in the background (the same from every
+    process, at most `METASERVICE_METRICS_REFRESH_SECONDS` old); request and pool figures are per process. With
+    `METASERVICE_METRICS_AUTH=true` (and authentication on) a scrape needs a token of any role."""
+    refresher: observability.MetricsRefresher = request.app.state.metrics_figures
     http_metrics: observability.HttpMetrics = request.app.state.http_metrics
-    engine = getattr(request.app.state, "engine", None)
-    body = http_metrics.render(figures, pool=engine.pool if engine is not None else None)
+    body = http_metrics.render(refresher.figures, refresher.read_at, pool=db.pool_figures())
     return Response(body, media_type=observability.METRICS_CONTENT_TYPE)

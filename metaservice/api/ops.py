@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from metaservice.api.deps import SessionDep
+from metaservice.api.deps import DatabaseDep
 from metaservice.api.responses import problems
 from metaservice.services import health
 
@@ -18,6 +18,6 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz", responses=problems())
-async def readyz(session: SessionDep) -> dict[str, str]:
+async def readyz(db: DatabaseDep) -> dict[str, str]:
     """The database is reachable and migrated to this code's schema."""
-    return await health.readiness(session)
+    return await health.readiness(db)

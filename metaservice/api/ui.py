@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from fastapi import FastAPI
-from starlette.responses import Response
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
 from starlette.types import Scope
 
@@ -30,7 +31,15 @@ class _Page(StaticFiles):
         return response
 
 
+async def _to_page(request: Request) -> Response:
+    """`/ui` → `/ui/` (query kept). The Location is a path, never built from the Host header."""
+    query = request.url.query
+    location = request.scope.get("root_path", "") + "/ui/" + (f"?{query}" if query else "")
+    return RedirectResponse(location, status_code=307)
+
+
 def install(app: FastAPI) -> None:
-    """Mount the page at `/ui/`; the router's slash redirect sends `/ui` there. The page is public (it holds no
-    data); the API calls it makes are authorised like any other."""
+    """Mount the page at `/ui/` and redirect `/ui` there. The page is public (it holds no data); the API calls
+    it makes are authorised like any other."""
+    app.add_route("/ui", _to_page, include_in_schema=False)
     app.mount("/ui", _Page(directory=STATIC_DIR, html=True), name="ui")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from metaservice.api.deps import SessionDep
+from metaservice.api.deps import DatabaseDep
 from metaservice.api.responses import problems
 from metaservice.schemas import ConsistentVersions, VersionsRequest
 from metaservice.services import versions
@@ -13,6 +13,6 @@ router = APIRouter(tags=["versions"])
 
 
 @router.post("/versions", responses=problems(404))
-async def consistent_versions(body: VersionsRequest, session: SessionDep) -> ConsistentVersions:
+async def consistent_versions(body: VersionsRequest, db: DatabaseDep) -> ConsistentVersions:
     """One barrier and one snapshot per table (`weak`: the tables; `strong`: their whole lineage components)."""
-    return await versions.consistent_versions(session, tables=body.tables, consistency=body.consistency)
+    return await versions.consistent_versions(db, tables=body.tables, consistency=body.consistency)

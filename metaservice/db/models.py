@@ -3,7 +3,8 @@
 Invariants (also in docs/design.md):
 - one row in `barrier_clock`; barriers are allocated under its row lock (function `metaservice_issue_barrier`,
   migration 2026-11-23-1000), so they are unique and increasing; an idempotency key issues at most one barrier;
-- a table has at most one sink edge (partial unique index) and a job never reads and writes one table (PK);
+- a table has at most one current sink edge and a job never reads and writes one table (partial unique indexes
+  over current edges); edges keep their history (added/removed after which barrier);
 - `snapshot_ranges` keep, per table, which snapshot holds for which inclusive range of barriers
   (`last_barrier` NULL = open: holds through the newest barrier, used for root tables); `snapshot_id` NULL marks
   barriers the table will never complete (aborted or skipped). Ranges of one table never overlap (exclusion
@@ -44,7 +45,8 @@ NAMING_CONVENTION = {
 
 TABLE_FORMATS = ("delta", "paimon", "iceberg")
 RUN_STATUSES = ("in_flight", "committed", "idle", "aborted")
-RANGE_KINDS = ("sealed", "committed", "idle", "aborted", "restored")
+RANGE_KINDS = ("sealed", "committed", "idle", "aborted", "gap", "restored")
+NEVER_KINDS = ("aborted", "gap")  # ranges of barriers the table never completes
 
 
 class Base(DeclarativeBase):
@@ -79,16 +81,23 @@ class Barrier(Base):
 
 
 class Table(Base):
-    """A registered table; `latest_snapshot_id` is the newest snapshot known (reported for roots, else committed)."""
+    """A registered table; `latest_snapshot_id` is the newest snapshot known (reported for roots, else committed).
+
+    `sealable`: with no writer, barriers seal its newest known snapshot. False once a job wrote it, until an
+    external writer reports a snapshot: an orphan (its writer gone) must not pair its last job output with newer
+    inputs. Names are unique regardless of case (case-insensitive stores would mix two tables).
+    """
 
     __tablename__ = "tables"
     __table_args__ = (
         CheckConstraint(f"format IN {TABLE_FORMATS!r}", name="known_format"),
         CheckConstraint("latest_snapshot_id >= 0", name="snapshot_non_negative"),
+        Index("uq_tables_name_folded", text("lower(name)"), unique=True),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     name: Mapped[str] = mapped_column(Text, unique=True)
+    sealable: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
     format: Mapped[str | None] = mapped_column(Text)
     location: Mapped[str | None] = mapped_column(Text)
     latest_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
@@ -97,13 +106,19 @@ class Table(Base):
 
 
 class Job(Base):
-    """An ETL job. `last_barrier` is the newest barrier it finished (committed, idle or aborted)."""
+    """An ETL job. `last_barrier` is the newest barrier it finished (committed, idle or aborted).
+
+    `version` grows with every change of the job's planning state (its runs, its sinks' ranges, its lineage):
+    a protocol step reads the state, decides, and writes in one statement only if the version is unchanged.
+    """
 
     __tablename__ = "jobs"
+    __table_args__ = (CheckConstraint("version >= 0", name="version_non_negative"),)
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     name: Mapped[str] = mapped_column(Text, unique=True)
     is_active: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+    version: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     last_barrier: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("barriers.barrier"))
     registered_at: Mapped[datetime] = mapped_column(server_default=func.now())
     unregistered_at: Mapped[datetime | None]
@@ -111,19 +126,45 @@ class Job(Base):
 
 
 class Edge(Base):
-    """A job reads (`source`) or writes (`sink`) a table. Current lineage only; history stays in job_runs."""
+    """A job reads (`source`) or writes (`sink`) a table, from `added_after` until `removed_after`.
+
+    Edges are never deleted: the lineage at barrier b is the edges with `added_after < b` and `removed_after`
+    NULL or `>= b` (both hold the newest barrier issued when the change committed, so a change takes effect at
+    the first barrier issued after it). Rows with `removed_at` NULL are the current lineage.
+    """
 
     __tablename__ = "lineage_edges"
     __table_args__ = (
         CheckConstraint("role IN ('source', 'sink')", name="known_role"),
-        Index("uq_lineage_edges_one_writer", "table_id", unique=True, postgresql_where=text("role = 'sink'")),
+        CheckConstraint("(removed_at IS NULL) = (removed_after IS NULL)", name="removed_together"),
+        CheckConstraint("removed_after >= added_after", name="removed_after_added"),
+        Index(
+            "uq_lineage_edges_current",
+            "job_id",
+            "table_id",
+            unique=True,
+            postgresql_where=text("removed_at IS NULL"),
+        ),
+        Index(
+            "uq_lineage_edges_one_writer",
+            "table_id",
+            unique=True,
+            postgresql_where=text("role = 'sink' AND removed_at IS NULL"),
+        ),
         Index("ix_lineage_edges_table_id_role", "table_id", "role"),
+        Index("ix_lineage_edges_job_id", "job_id"),
+        Index("ix_lineage_edges_added_after", "added_after"),
+        Index("ix_lineage_edges_removed_after", "removed_after"),
     )
 
-    job_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
-    table_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("tables.id"), primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    job_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("jobs.id", ondelete="CASCADE"))
+    table_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("tables.id"))
     role: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    added_after: Mapped[int] = mapped_column(BigInteger)
+    removed_after: Mapped[int | None] = mapped_column(BigInteger)
+    removed_at: Mapped[datetime | None]
 
 
 class SnapshotRange(Base):
@@ -132,7 +173,7 @@ class SnapshotRange(Base):
     __tablename__ = "snapshot_ranges"
     __table_args__ = (
         CheckConstraint("last_barrier IS NULL OR last_barrier >= first_barrier", name="ordered"),
-        CheckConstraint("(snapshot_id IS NULL) = (kind = 'aborted')", name="aborted_has_no_snapshot"),
+        CheckConstraint(f"(snapshot_id IS NULL) = (kind IN {NEVER_KINDS!r})", name="never_has_no_snapshot"),
         CheckConstraint(f"kind IN {RANGE_KINDS!r}", name="known_kind"),
         CheckConstraint("snapshot_id >= 0", name="snapshot_non_negative"),
         Index("uq_snapshot_ranges_table_first", "table_id", "first_barrier", unique=True),
@@ -195,6 +236,8 @@ class Lease(Base):
 
     id: Mapped[str] = mapped_column(Text, primary_key=True)
     holder: Mapped[str] = mapped_column(Text)
+    # The name of the token that created it (NULL with authentication off): only it or an admin may end it.
+    owner: Mapped[str | None] = mapped_column(Text)
     ttl_seconds: Mapped[float] = mapped_column(Double)
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     expires_at: Mapped[datetime]
@@ -254,6 +297,7 @@ class ApiToken(Base):
     __table_args__ = (
         CheckConstraint(f"role IN {TOKEN_ROLES!r}", name="known_role"),
         CheckConstraint("role = 'job' OR cardinality(job_patterns) = 0", name="patterns_only_for_jobs"),
+        CheckConstraint("role = 'job' OR cardinality(table_patterns) = 0", name="tables_only_for_jobs"),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -261,5 +305,7 @@ class ApiToken(Base):
     token_sha256: Mapped[str] = mapped_column(Text, unique=True)
     role: Mapped[str] = mapped_column(Text)
     job_patterns: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'::text[]"))
+    # Table namespaces (globs on catalog.database.table) a job token may register sinks in; empty: none.
+    table_patterns: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'::text[]"))
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     revoked_at: Mapped[datetime | None]

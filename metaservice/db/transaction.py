@@ -1,20 +1,42 @@
-"""The one place that opens transactions: isolation, retries on conflicts, database outages as 503."""
+"""The one place units of work meet the database: transactions, autocommit steps, deadlines and outage errors.
+
+Two shapes, both on pooled autocommit connections (`db/database.py`):
+- `in_transaction`: BEGIN (with the isolation level) … COMMIT, re-run on serialization failures and deadlocks.
+  For multi-statement work that must see one snapshot or commit together (registration, rollback, reads of
+  several statements).
+- `in_autocommit`: statements that each commit on their own. For the barrier protocol (`next`, `commit`,
+  `abort`: one read, a decision in Python, one compare-and-set write) and single-statement reads. The work marks
+  its write with `unit.writing()`, so that a connection lost during it is reported as an unknown outcome.
+
+What a failure means to the caller:
+- 503 `unavailable` (`Unavailable`): nothing happened, retry. A pool timeout, a database that refuses or drops
+  the connection before a write was sent, or an error PostgreSQL itself reported (statement or lock timeout,
+  serialization failure past the retries: the statement was rolled back).
+- 504 `outcome_unknown` (`OutcomeUnknown`): the connection was lost while a write may have been committing.
+- 429 `overloaded` (`Overloaded`): too many requests already wait for a connection; shed at once.
+Every unit of work runs under a deadline (`Database.deadline`): PostgreSQL's own timeouts cannot end a request
+whose answers are lost on the network. Past it the connection is closed without a round trip (psycopg abandons
+an interrupted query and the pool discards the connection).
+"""
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 import anyio
+import psycopg
 import psycopg.errors
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
-from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from psycopg_pool import PoolTimeout, TooManyRequests
 
 from metaservice import failpoints
-from metaservice.errors import OutcomeUnknown, Unavailable
+from metaservice.db import statements
+from metaservice.db.database import Connection, Database
+from metaservice.errors import OutcomeUnknown, Overloaded, Unavailable
 
 logger = logging.getLogger("metaservice.db")
 
@@ -22,52 +44,22 @@ T = TypeVar("T")
 IsolationLevel = Literal["READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"]
 
 _RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
-_UNAVAILABLE = (
-    psycopg.errors.QueryCanceled,  # statement_timeout
-    psycopg.errors.LockNotAvailable,  # lock_timeout
-    psycopg.errors.AdminShutdown,
-    psycopg.errors.CannotConnectNow,
-    psycopg.errors.TooManyConnections,
-    psycopg.OperationalError,
-    psycopg.InterfaceError,
-)
+_UNAVAILABLE = (psycopg.OperationalError, psycopg.InterfaceError, ConnectionError, OSError)
 
 
-def is_unavailable(exc: BaseException) -> bool:
-    """True when the failure means the database is away or overloaded, not that the request is wrong."""
-    if isinstance(exc, PoolTimeout | OperationalError | InterfaceError):
-        return True
-    if isinstance(exc, DBAPIError):
-        return exc.connection_invalidated or isinstance(exc.orig, _UNAVAILABLE)
-    return isinstance(exc, _UNAVAILABLE | ConnectionError | OSError)
-
-
-DEFAULT_DEADLINE = 30.0  # seconds; sessions made by `make_sessionmaker` carry the configured one
-
-
-def _deadline(session: AsyncSession) -> float:
-    return float(session.info.get("deadline", DEFAULT_DEADLINE))
-
-
-async def _discard_connection(session: AsyncSession) -> None:
-    """Drop the session's connection without talking to the database: after a deadline, it may never answer."""
-    with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-        await session.invalidate()
-
-
-def _rolled_back(exc: BaseException) -> bool:
+def _answered(exc: BaseException) -> bool:
     """True when PostgreSQL itself answered that the statement failed (a timeout, a lock wait cut short), so
     nothing was committed. A lost connection, or the server shutting down (SQLSTATE 57P01-57P05, which can
     arrive after a COMMIT went through), proves nothing."""
-    sqlstate = getattr(getattr(exc, "orig", None), "sqlstate", None)
+    sqlstate = getattr(exc, "sqlstate", None)
     return sqlstate is not None and not sqlstate.startswith(("08", "57P"))
 
 
 def _lost(exc: BaseException, *, writing: bool) -> Unavailable | OutcomeUnknown:
     """The error for a failed database round trip. Once a write may have reached COMMIT, nobody can tell
     whether it committed, and saying 503 ("nothing happened, retry") would invite a duplicate."""
-    cause = type(getattr(exc, "orig", None) or exc).__name__
-    if writing and not _rolled_back(exc):
+    cause = type(exc).__name__
+    if writing and not _answered(exc):
         logger.warning("database connection lost while committing; outcome unknown: %s", exc)
         return OutcomeUnknown(
             f"the database connection was lost while committing ({cause}): the change may or may not have been "
@@ -77,9 +69,56 @@ def _lost(exc: BaseException, *, writing: bool) -> Unavailable | OutcomeUnknown:
     return Unavailable(f"the database is unavailable: {cause}")
 
 
+def _overloaded(db: Database) -> Overloaded:
+    return Overloaded(
+        f"too many requests are waiting for a database connection (more than {db.settings.pool_max_waiting}); "
+        "retry shortly",
+        retry_after=db.settings.retry_after_seconds,
+    )
+
+
+@dataclass
+class Unit:
+    """One unit of work's connection, and whether a write was sent on it (503 or 504 when it is lost)."""
+
+    conn: Connection
+    sent_write: bool = False
+
+    @asynccontextmanager
+    async def writing(self) -> AsyncIterator[Connection]:
+        """Mark the statements run inside as the unit's write (each commits on its own in autocommit)."""
+        failpoints.hit("before_commit")
+        self.sent_write = True
+        yield self.conn
+        failpoints.hit("after_commit")
+
+
+async def in_autocommit(db: Database, work: Callable[[Unit], Awaitable[T]]) -> T:
+    """Run `work` on one pooled autocommit connection under the deadline (see the module docstring)."""
+    unit: Unit | None = None
+    try:
+        with anyio.fail_after(db.deadline):
+            async with db.connection() as conn:
+                unit = Unit(conn)
+                return await work(unit)
+    except TooManyRequests as exc:
+        raise _overloaded(db) from exc
+    except TimeoutError as exc:
+        if unit is not None and unit.sent_write:
+            raise _lost(exc, writing=True) from exc
+        logger.warning("no answer from the database within %.1fs", db.deadline)
+        raise Unavailable(f"the database did not answer within {db.deadline:g}s") from exc
+    except PoolTimeout as exc:
+        raise _lost(exc, writing=False) from exc
+    except _RETRYABLE as exc:
+        raise Unavailable("the database is contended; retry shortly") from exc
+    except _UNAVAILABLE as exc:
+        raise _lost(exc, writing=unit is not None and unit.sent_write) from exc
+
+
 async def in_transaction(
-    session: AsyncSession,
-    work: Callable[[AsyncSession], Awaitable[T]],
+    db: Database,
+    work: Callable[[Connection], Awaitable[T]],
     *,
     isolation: IsolationLevel = "READ COMMITTED",
     read_only: bool = False,
@@ -87,86 +126,55 @@ async def in_transaction(
 ) -> T:
     """Run `work` as one transaction that is committed before this returns, re-running it on conflicts.
 
-    `work` must only touch the database, so that running it again is safe. A database outage or timeout
-    becomes `Unavailable` (503 with Retry-After): the transaction was rolled back, so retrying is safe. A
-    connection lost during COMMIT becomes `OutcomeUnknown` (504). Each attempt is bounded by the session's
-    deadline, which also covers a database that stopped answering without closing the connection (a network
-    partition: PostgreSQL's own timeouts cannot help when its answers are lost).
+    `work` must only touch the database, so that running it again is safe.
     """
-    deadline = _deadline(session)
+    begin = f"BEGIN ISOLATION LEVEL {isolation}{', READ ONLY' if read_only else ''}"
     for attempt in range(1, attempts + 1):
         committing = False
         try:
-            with anyio.fail_after(deadline):
-                async with session.begin():
-                    await session.connection(
-                        execution_options={"isolation_level": isolation, "postgresql_readonly": read_only}
-                    )
-                    result = await work(session)
+            with anyio.fail_after(db.deadline):
+                async with db.connection() as conn:
+                    statements.count()
+                    await conn.execute(begin)
+                    try:
+                        result = await work(conn)
+                    except BaseException:
+                        if conn.pgconn.transaction_status != psycopg.pq.TransactionStatus.ACTIVE:
+                            with anyio.CancelScope(shield=True):
+                                await _rollback_quietly(conn)
+                        raise
                     if not read_only:
-                        await session.flush()
                         failpoints.hit("before_commit")
-                        committing = True
+                    committing = not read_only
+                    statements.count()
+                    await conn.execute("COMMIT")
             if not read_only:
                 failpoints.hit("after_commit")
             return result
+        except TooManyRequests as exc:
+            raise _overloaded(db) from exc
         except TimeoutError as exc:
-            await _discard_connection(session)
             if committing:
                 raise _lost(exc, writing=True) from exc
-            logger.warning("no answer from the database within %.1fs", deadline)
-            raise Unavailable(f"the database did not answer within {deadline:g}s") from exc
-        except DBAPIError as exc:
-            if isinstance(exc.orig, _RETRYABLE) and attempt < attempts:
+            logger.warning("no answer from the database within %.1fs", db.deadline)
+            raise Unavailable(f"the database did not answer within {db.deadline:g}s") from exc
+        except PoolTimeout as exc:
+            raise _lost(exc, writing=False) from exc
+        except _RETRYABLE as exc:
+            if attempt < attempts:
                 await anyio.sleep(random.uniform(0, 0.002 * 2**attempt))  # backoff, not synchronisation
                 continue
-            if isinstance(exc.orig, _RETRYABLE):
-                raise Unavailable("the database is contended; retry shortly") from exc
-            if is_unavailable(exc):
-                raise _lost(exc, writing=committing) from exc
-            raise
-        except (PoolTimeout, OSError) as exc:
+            raise Unavailable("the database is contended; retry shortly") from exc
+        except _UNAVAILABLE as exc:
             raise _lost(exc, writing=committing) from exc
     raise AssertionError("unreachable")
 
 
-async def in_autocommit(
-    session: AsyncSession, work: Callable[[AsyncConnection], Awaitable[T]], *, writes: bool = True
-) -> T:
-    """Run `work`, statements that each commit on their own, on a connection of the session's engine.
-
-    For hot single-statement writes (barrier allocation): no BEGIN / COMMIT round trips, so row locks are held
-    only while PostgreSQL runs the statement; and for reads that need no common snapshot. Failing to get a
-    connection is `Unavailable` (nothing was sent); losing it once a write was sent is `OutcomeUnknown`, since
-    it may have committed.
-    """
-    deadline = _deadline(session)
-    engine = session.bind
-    assert isinstance(engine, AsyncEngine), "sessions are bound to one engine"
-    sent = False
+async def _rollback_quietly(conn: Connection) -> None:
+    """End a failed transaction; a connection that cannot even roll back is discarded by the pool."""
     try:
-        with anyio.fail_after(deadline):
-            async with engine.connect() as connection:
-                await connection.execution_options(isolation_level="AUTOCOMMIT")
-                if writes:
-                    failpoints.hit("before_commit")
-                sent = writes
-                try:
-                    result = await work(connection)
-                except anyio.get_cancelled_exc_class():
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-                        await connection.invalidate()  # mid-statement: unusable, and the database may be away
-                    raise
-        if writes:
-            failpoints.hit("after_commit")
-        return result
-    except TimeoutError as exc:
-        if sent:
-            raise _lost(exc, writing=True) from exc
-        raise Unavailable(f"the database did not answer within {deadline:g}s") from exc
-    except DBAPIError as exc:
-        if is_unavailable(exc):
-            raise _lost(exc, writing=sent) from exc
-        raise
-    except (PoolTimeout, OSError) as exc:
-        raise _lost(exc, writing=sent) from exc
+        with anyio.move_on_after(1):
+            statements.count()
+            await conn.execute("ROLLBACK")
+    except psycopg.Error:
+        await conn.close()

@@ -1,36 +1,21 @@
-"""SQL for lineage edges: who reads and who writes which table."""
+"""SQL for lineage edges: who reads and who writes which table, now and (with their history) at any barrier.
+
+An edge is current while `removed_at` is NULL. `added_after` / `removed_after` hold the newest barrier issued
+when it was added / removed; the lineage at barrier b is the edges added before b and not removed before b.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from sqlalchemy import delete, select
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from metaservice.db.models import Edge, Job, Table
-from metaservice.repositories.driver import fetch_all, fetch_one_as
-from metaservice.repositories.jobs import JobRow
-
-_WRITER_OF = """
-    SELECT j.id, j.name, j.is_active, j.last_barrier
-      FROM lineage_edges e JOIN jobs j ON j.id = e.job_id
-     WHERE e.table_id = %(table_id)s AND e.role = 'sink'
-"""
-_TABLES_OF = """
-    SELECT t.id, t.name, e.role,
-           NOT EXISTS (SELECT 1 FROM lineage_edges w WHERE w.table_id = t.id AND w.role = 'sink') AS is_root
-      FROM lineage_edges e JOIN tables t ON t.id = e.table_id
-     WHERE e.job_id = %(job_id)s
-     ORDER BY t.name
-"""
+from metaservice.db.database import Connection
+from metaservice.repositories.driver import execute, fetch_all, fetch_one, id_array
 
 
 class TableRef(NamedTuple):
     id: int
     name: str
-    is_root: bool = False  # no job writes it (set for a job's sources by `sources_and_sinks`)
 
 
 class Hop(NamedTuple):
@@ -43,128 +28,121 @@ class Hop(NamedTuple):
     to_table_name: str
 
 
-async def role_of(session: AsyncSession, *, job_id: int, table_id: int) -> str | None:
-    return await session.scalar(select(Edge.role).where(Edge.job_id == job_id, Edge.table_id == table_id))
+_ROLE_OF = """
+    SELECT role FROM lineage_edges WHERE job_id = %(job)s AND table_id = %(table)s AND removed_at IS NULL
+"""
+_INSERT = """
+    INSERT INTO lineage_edges (job_id, table_id, role, added_after) VALUES (%(job)s, %(table)s, %(role)s, %(after)s)
+"""
+_REMOVE = """
+    UPDATE lineage_edges e SET removed_after = %(after)s, removed_at = now()
+      FROM tables t
+     WHERE t.id = e.table_id AND e.job_id = %(job)s AND e.removed_at IS NULL
+       AND (%(table)s::bigint IS NULL OR e.table_id = %(table)s) AND (%(role)s::text IS NULL OR e.role = %(role)s)
+    RETURNING e.table_id, t.name, e.role
+"""
+_WRITER_OF = """
+    SELECT j.id, j.name FROM lineage_edges e JOIN jobs j ON j.id = e.job_id
+     WHERE e.table_id = %(table)s AND e.role = 'sink' AND e.removed_at IS NULL
+"""
+_WRITERS_OF = """
+    SELECT e.table_id, j.name FROM lineage_edges e JOIN jobs j ON j.id = e.job_id
+     WHERE e.table_id = ANY(CAST(%(ids)s AS bigint[])) AND e.role = 'sink' AND e.removed_at IS NULL
+"""
+_READERS_OF = """
+    SELECT e.table_id, j.id, j.name FROM lineage_edges e JOIN jobs j ON j.id = e.job_id
+     WHERE e.table_id = ANY(CAST(%(ids)s AS bigint[])) AND e.role = 'source' AND e.removed_at IS NULL
+     ORDER BY j.name
+"""
+_TABLES_OF = """
+    SELECT e.job_id, e.role, t.id, t.name FROM lineage_edges e JOIN tables t ON t.id = e.table_id
+     WHERE e.job_id = ANY(CAST(%(ids)s AS bigint[])) AND e.removed_at IS NULL
+     ORDER BY t.name
+"""
+_DOWNSTREAM_HOPS = """
+    SELECT src.table_id, j.id, j.name, dst.table_id, t.name
+      FROM lineage_edges src
+      JOIN jobs j ON j.id = src.job_id
+      JOIN lineage_edges dst ON dst.job_id = src.job_id AND dst.role = 'sink' AND dst.removed_at IS NULL
+      JOIN tables t ON t.id = dst.table_id
+     WHERE src.role = 'source' AND src.removed_at IS NULL AND src.table_id = ANY(CAST(%(ids)s AS bigint[]))
+"""
 
 
-async def insert_edge(session: AsyncSession, *, job_id: int, table_id: int, role: str) -> bool:
-    """Add the edge; False when it was already there."""
-    result = await session.execute(
-        insert(Edge).values(job_id=job_id, table_id=table_id, role=role).on_conflict_do_nothing().returning(Edge.job_id)
+# Downstream of the tables through every edge in effect at some barrier after %(b)s (current edges, and edges
+# removed after it): what may have read the tables' data of those barriers.
+_DOWNSTREAM_SINCE = """
+    WITH RECURSIVE down(table_id) AS (
+        SELECT unnest(CAST(%(ids)s AS bigint[]))
+        UNION
+        SELECT w.table_id
+          FROM down
+          JOIN lineage_edges r ON r.table_id = down.table_id AND r.role = 'source'
+                              AND (r.removed_after IS NULL OR r.removed_after > %(b)s)
+          JOIN lineage_edges w ON w.job_id = r.job_id AND w.role = 'sink'
+                              AND (w.removed_after IS NULL OR w.removed_after > %(b)s)
     )
-    return result.first() is not None
+    SELECT t.id, t.name FROM down JOIN tables t ON t.id = down.table_id
+"""
 
 
-async def writer_of(session: AsyncSession, *, table_id: int) -> JobRow | None:
-    return await fetch_one_as(session, JobRow, _WRITER_OF, {"table_id": table_id})
+async def downstream_since(conn: Connection, *, table_ids: Sequence[int], barrier: int) -> dict[int, str]:
+    """Every table downstream of `table_ids` (them included) through the lineage in effect at any barrier after
+    `barrier`: also through edges removed since."""
+    rows = await fetch_all(conn, _DOWNSTREAM_SINCE, {"ids": id_array(table_ids), "b": barrier})
+    return {int(t): str(n) for t, n in rows}
 
 
-async def writers_of(session: AsyncSession, *, table_ids: Sequence[int]) -> dict[int, str]:
-    rows = await session.execute(
-        select(Edge.table_id, Job.name)
-        .join(Job, Job.id == Edge.job_id)
-        .where(Edge.table_id.in_(list(table_ids)), Edge.role == "sink")
-    )
-    return {int(r.table_id): str(r.name) for r in rows}
+async def role_of(conn: Connection, *, job_id: int, table_id: int) -> str | None:
+    row = await fetch_one(conn, _ROLE_OF, {"job": job_id, "table": table_id})
+    return None if row is None else str(row[0])
 
 
-async def readers_of(session: AsyncSession, *, table_ids: Sequence[int]) -> dict[int, list[str]]:
-    rows = await session.execute(
-        select(Edge.table_id, Job.name)
-        .join(Job, Job.id == Edge.job_id)
-        .where(Edge.table_id.in_(list(table_ids)), Edge.role == "source")
-        .order_by(Job.name)
-    )
+async def insert_edge(conn: Connection, *, job_id: int, table_id: int, role: str, after: int) -> None:
+    """Add a current edge, taking effect at the first barrier issued after `after`."""
+    await execute(conn, _INSERT, {"job": job_id, "table": table_id, "role": role, "after": after})
+
+
+async def remove_edges(
+    conn: Connection, *, job_id: int, after: int, table_id: int | None = None, role: str | None = None
+) -> list[tuple[int, str, str]]:
+    """End the job's current edges (all, or the one to `table_id` with `role`); returns (table id, name, role)."""
+    rows = await fetch_all(conn, _REMOVE, {"job": job_id, "table": table_id, "role": role, "after": after})
+    return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+
+async def writer_of(conn: Connection, *, table_id: int) -> tuple[int, str] | None:
+    """(job id, name) of the table's current writer."""
+    row = await fetch_one(conn, _WRITER_OF, {"table": table_id})
+    return None if row is None else (int(row[0]), str(row[1]))
+
+
+async def writers_of(conn: Connection, *, table_ids: Sequence[int]) -> dict[int, str]:
+    return {int(t): str(n) for t, n in await fetch_all(conn, _WRITERS_OF, {"ids": id_array(table_ids)})}
+
+
+async def readers_of(conn: Connection, *, table_ids: Sequence[int]) -> dict[int, list[str]]:
     readers: dict[int, list[str]] = {}
-    for r in rows:
-        readers.setdefault(int(r.table_id), []).append(str(r.name))
+    for table_id, _job_id, name in await fetch_all(conn, _READERS_OF, {"ids": id_array(table_ids)}):
+        readers.setdefault(int(table_id), []).append(str(name))
     return readers
 
 
-async def reader_jobs(session: AsyncSession, *, table_ids: Sequence[int]) -> list[tuple[int, int, str]]:
-    """(table id, job id, job name) for every job reading one of `table_ids`."""
-    rows = await session.execute(
-        select(Edge.table_id, Job.id, Job.name)
-        .join(Job, Job.id == Edge.job_id)
-        .where(Edge.table_id.in_(list(table_ids)), Edge.role == "source")
-    )
-    return [(int(r[0]), int(r[1]), str(r[2])) for r in rows]
+async def reader_jobs(conn: Connection, *, table_ids: Sequence[int]) -> list[tuple[int, int, str]]:
+    """(table id, job id, job name) for every job reading one of `table_ids` now."""
+    rows = await fetch_all(conn, _READERS_OF, {"ids": id_array(table_ids)})
+    return [(int(t), int(j), str(n)) for t, j, n in rows]
 
 
-async def tables_of(session: AsyncSession, *, job_id: int, role: str) -> list[TableRef]:
-    sources, sinks = await sources_and_sinks(session, job_id=job_id)
-    return sources if role == "source" else sinks
-
-
-async def sources_and_sinks(session: AsyncSession, *, job_id: int) -> tuple[list[TableRef], list[TableRef]]:
-    """The job's (sources, sinks), each sorted by name, in one round trip; sources say whether they are roots."""
-    sources: list[TableRef] = []
-    sinks: list[TableRef] = []
-    for table_id, name, role, is_root in await fetch_all(session, _TABLES_OF, {"job_id": job_id}):
-        (sources if role == "source" else sinks).append(TableRef(table_id, name, is_root))
-    return sources, sinks
-
-
-async def tables_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> dict[int, dict[str, list[str]]]:
-    """For each job: {"source": [names], "sink": [names]}."""
-    rows = await session.execute(
-        select(Edge.job_id, Edge.role, Table.name)
-        .join(Table, Table.id == Edge.table_id)
-        .where(Edge.job_id.in_(list(job_ids)))
-        .order_by(Table.name)
-    )
-    out: dict[int, dict[str, list[str]]] = {j: {"source": [], "sink": []} for j in job_ids}
-    for r in rows:
-        out[int(r.job_id)][str(r.role)].append(str(r.name))
+async def tables_of_jobs(conn: Connection, *, job_ids: Sequence[int]) -> dict[int, dict[str, list[TableRef]]]:
+    """For each job: {"source": [tables], "sink": [tables]}, by name."""
+    out: dict[int, dict[str, list[TableRef]]] = {j: {"source": [], "sink": []} for j in job_ids}
+    for job_id, role, table_id, name in await fetch_all(conn, _TABLES_OF, {"ids": id_array(job_ids)}):
+        out[int(job_id)][str(role)].append(TableRef(int(table_id), str(name)))
     return out
 
 
-async def downstream_hops(session: AsyncSession, *, table_ids: Sequence[int]) -> list[Hop]:
-    """Every (table → job → table) step leaving `table_ids`: one level of a breadth-first walk."""
-    source, sink = Edge.__table__.alias("src"), Edge.__table__.alias("dst")
-    rows = await session.execute(
-        select(source.c.table_id, Job.id, Job.name, sink.c.table_id, Table.name)
-        .select_from(source)
-        .join(Job, Job.id == source.c.job_id)
-        .join(sink, (sink.c.job_id == source.c.job_id) & (sink.c.role == "sink"))
-        .join(Table, Table.id == sink.c.table_id)
-        .where(source.c.role == "source", source.c.table_id.in_(list(table_ids)))
-    )
+async def downstream_hops(conn: Connection, *, table_ids: Sequence[int]) -> list[Hop]:
+    """Every (table → job → table) step leaving `table_ids` now: one level of a breadth-first walk."""
+    rows = await fetch_all(conn, _DOWNSTREAM_HOPS, {"ids": id_array(table_ids)})
     return [Hop(int(r[0]), int(r[1]), str(r[2]), int(r[3]), str(r[4])) for r in rows]
-
-
-async def upstream_hops(session: AsyncSession, *, table_ids: Sequence[int]) -> list[Hop]:
-    """Every (table ← job ← table) step arriving at `table_ids`, as hops read forwards."""
-    source, sink = Edge.__table__.alias("src"), Edge.__table__.alias("dst")
-    rows = await session.execute(
-        select(source.c.table_id, Job.id, Job.name, sink.c.table_id, Table.name)
-        .select_from(sink)
-        .join(Job, Job.id == sink.c.job_id)
-        .join(source, (source.c.job_id == sink.c.job_id) & (source.c.role == "source"))
-        .join(Table, Table.id == sink.c.table_id)
-        .where(sink.c.role == "sink", sink.c.table_id.in_(list(table_ids)))
-    )
-    return [Hop(int(r[0]), int(r[1]), str(r[2]), int(r[3]), str(r[4])) for r in rows]
-
-
-async def neighbours(session: AsyncSession, *, table_ids: Sequence[int]) -> set[int]:
-    """Tables one job away from `table_ids` in either direction (for lineage components)."""
-    mine = Edge.__table__.alias("mine")
-    other = Edge.__table__.alias("other")
-    rows = await session.scalars(
-        select(other.c.table_id)
-        .select_from(mine)
-        .join(other, other.c.job_id == mine.c.job_id)
-        .where(mine.c.table_id.in_(list(table_ids)))
-        .distinct()
-    )
-    return {int(t) for t in rows}
-
-
-async def delete_for_job(session: AsyncSession, *, job_id: int) -> None:
-    await session.execute(delete(Edge).where(Edge.job_id == job_id))
-
-
-async def all_edges(session: AsyncSession) -> list[tuple[int, int, str]]:
-    rows = await session.execute(select(Edge.job_id, Edge.table_id, Edge.role))
-    return [(int(r[0]), int(r[1]), str(r[2])) for r in rows]

@@ -1,110 +1,73 @@
-"""SQL for jobs. The protocol's row lock and bookkeeping go through the driver and return `JobRow`s."""
+"""SQL for jobs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from datetime import datetime
 
-from sqlalchemy import func, select, text, update
-from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from metaservice.db.database import Connection
+from metaservice.repositories.driver import execute, fetch_as, fetch_one_as
 
-from metaservice.db.models import Job
-from metaservice.repositories.driver import execute, fetch_one_as
+_COLUMNS = "id, name, is_active, last_barrier, version, registered_at, last_seen_at"
 
 
 @dataclass(slots=True)
 class JobRow:
-    """What the barrier protocol needs of a job. `last_barrier`: the newest barrier it settled."""
+    """A job. `last_barrier`: the newest barrier it settled; `version`: grows with every change of its state."""
 
     id: int
     name: str
     is_active: bool
     last_barrier: int | None
+    version: int
+    registered_at: datetime
+    last_seen_at: datetime
 
 
-_LOCK = "SELECT id, name, is_active, last_barrier FROM jobs WHERE name = %(name)s FOR UPDATE"
-_LOCK_AND_TOUCH = (
-    "UPDATE jobs SET last_seen_at = now() WHERE name = %(name)s RETURNING id, name, is_active, last_barrier"
-)
-_SET_LAST_BARRIER = "UPDATE jobs SET last_barrier = %(barrier)s, last_seen_at = now() WHERE id = %(id)s"
+_GET = f"SELECT {_COLUMNS} FROM jobs WHERE name = %(name)s"
+_LOCK = f"SELECT {_COLUMNS} FROM jobs WHERE name = %(name)s FOR UPDATE"
+_LOCK_MANY = f"SELECT {_COLUMNS} FROM jobs WHERE name = ANY(%(names)s) ORDER BY id FOR UPDATE"
+_UPSERT_ACTIVE = f"""
+    INSERT INTO jobs (name) VALUES (%(name)s)
+    ON CONFLICT (name) DO UPDATE SET is_active = true, unregistered_at = NULL, last_seen_at = now()
+    RETURNING {_COLUMNS}
+"""
+_BUMP = "UPDATE jobs SET version = version + 1, last_seen_at = now() WHERE id = %(id)s"
+_DEACTIVATE = "UPDATE jobs SET is_active = false, unregistered_at = now(), version = version + 1 WHERE id = %(id)s"
+_LIST = f"""
+    SELECT {_COLUMNS} FROM jobs WHERE %(after)s::text IS NULL OR name > %(after)s ORDER BY name LIMIT %(limit)s
+"""
 
 
-async def get(session: AsyncSession, *, name: str) -> Job | None:
-    return await session.scalar(select(Job).where(Job.name == name))
+async def get(conn: Connection, *, name: str) -> JobRow | None:
+    return await fetch_one_as(conn, JobRow, _GET, {"name": name})
 
 
-async def lock(session: AsyncSession, *, name: str) -> JobRow | None:
-    """Load a job and hold its row lock until the transaction ends (serializes one job's protocol steps)."""
-    return await fetch_one_as(session, JobRow, _LOCK, {"name": name})
+async def lock(conn: Connection, *, name: str) -> JobRow | None:
+    """Load a job and hold its row lock until the transaction ends."""
+    return await fetch_one_as(conn, JobRow, _LOCK, {"name": name})
 
 
-async def lock_and_touch(session: AsyncSession, *, name: str) -> JobRow | None:
-    """`lock` and mark the job as seen now, in one statement: an UPDATE takes the same row lock."""
-    return await fetch_one_as(session, JobRow, _LOCK_AND_TOUCH, {"name": name})
+async def lock_many(conn: Connection, *, names: list[str]) -> list[JobRow]:
+    """Lock the jobs called `names` (those that exist), in id order: the order every multi-job write locks in."""
+    return await fetch_as(conn, JobRow, _LOCK_MANY, {"names": names})
 
 
-async def upsert_active(session: AsyncSession, *, name: str) -> Job:
-    """Create the job on first sight or reactivate it; returns it locked by this transaction."""
-    statement = (
-        insert(Job)
-        .values(name=name)
-        .on_conflict_do_update(
-            index_elements=[Job.name],
-            set_={"is_active": True, "unregistered_at": None, "last_seen_at": func.now()},
-        )
-        .returning(Job)
-    )
-    job = await session.scalar(statement, execution_options={"populate_existing": True})
-    assert job is not None
-    return job
+async def upsert_active(conn: Connection, *, name: str) -> JobRow:
+    """Create the job on first sight or reactivate it; its row stays locked by this transaction."""
+    row = await fetch_one_as(conn, JobRow, _UPSERT_ACTIVE, {"name": name})
+    assert row is not None
+    return row
 
 
-async def set_last_barrier(session: AsyncSession, *, job_id: int, barrier: int) -> None:
-    await execute(session, _SET_LAST_BARRIER, {"id": job_id, "barrier": barrier})
+async def bump(conn: Connection, *, job_id: int) -> None:
+    """The job's planning state changed (its lineage): steps planned on the old state must plan again."""
+    await execute(conn, _BUMP, {"id": job_id})
 
 
-async def deactivate(session: AsyncSession, *, job_id: int) -> None:
-    await session.execute(update(Job).where(Job.id == job_id).values(is_active=False, unregistered_at=func.now()))
+async def deactivate(conn: Connection, *, job_id: int) -> None:
+    await execute(conn, _DEACTIVATE, {"id": job_id})
 
 
-async def list_all(session: AsyncSession, *, limit: int, after_name: str | None = None) -> list[Job]:
-    query = select(Job).order_by(Job.name).limit(limit)
-    if after_name is not None:
-        query = query.where(Job.name > after_name)
-    return list(await session.scalars(query))
-
-
-class IssueContext(NamedTuple):
-    """What `next` needs to know, before the job's transaction, to decide whether to issue a barrier."""
-
-    is_active: bool
-    in_flight: bool
-    unsealed_sources: bool  # a root input has a snapshot that no barrier sealed yet (read without locks)
-    source_ids: list[int]
-
-
-_ISSUE_CONTEXT = text(
-    """
-    SELECT j.is_active,
-           EXISTS (SELECT 1 FROM job_runs r WHERE r.job_id = j.id AND r.status = 'in_flight') AS in_flight,
-           EXISTS (SELECT 1 FROM lineage_edges s
-                     JOIN tables t ON t.id = s.table_id
-                     LEFT JOIN snapshot_ranges r ON r.table_id = t.id AND r.last_barrier IS NULL
-                    WHERE s.job_id = j.id AND s.role = 'source' AND t.latest_snapshot_id IS NOT NULL
-                      AND NOT EXISTS (SELECT 1 FROM lineage_edges w WHERE w.table_id = t.id AND w.role = 'sink')
-                      AND (r.id IS NULL OR r.snapshot_id IS DISTINCT FROM t.latest_snapshot_id)
-                  ) AS unsealed_sources,
-           ARRAY(SELECT s.table_id FROM lineage_edges s WHERE s.job_id = j.id AND s.role = 'source') AS source_ids
-      FROM jobs j
-     WHERE j.name = :name
-    """
-)
-
-
-async def issue_context(connection: AsyncConnection | AsyncSession, *, name: str) -> IssueContext | None:
-    """The job's state for barrier issuing, in one round trip; None when the job is not registered."""
-    row = (await connection.execute(_ISSUE_CONTEXT, {"name": name})).one_or_none()
-    if row is None:
-        return None
-    return IssueContext(bool(row.is_active), bool(row.in_flight), bool(row.unsealed_sources), list(row.source_ids))
+async def list_all(conn: Connection, *, limit: int, after_name: str | None = None) -> list[JobRow]:
+    return await fetch_as(conn, JobRow, _LIST, {"limit": limit, "after": after_name})

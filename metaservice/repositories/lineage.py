@@ -13,13 +13,8 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, text
-from sqlalchemy.dialects.postgresql import ARRAY, BIGINT
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from metaservice.repositories.driver import fetch_all, id_array
-
-_IDS = ARRAY(BIGINT)
+from metaservice.db.database import Connection
+from metaservice.repositories.driver import fetch_all, fetch_value, id_array
 
 
 class TableState(NamedTuple):
@@ -88,7 +83,8 @@ class JobFigures(NamedTuple):
 _TABLE_STATES = """
     WITH head AS (SELECT max(barrier) AS barrier FROM barriers)
     SELECT t.id, t.name, t.format,
-           EXISTS (SELECT 1 FROM lineage_edges e WHERE e.table_id = t.id AND e.role = 'sink') AS has_writer,
+           EXISTS (SELECT 1 FROM lineage_edges e WHERE e.table_id = t.id AND e.role = 'sink'
+                               AND e.removed_at IS NULL) AS has_writer,
            t.latest_snapshot_id, c.barrier, r.snapshot_id, b.issued_at
       FROM tables t
       CROSS JOIN head
@@ -101,8 +97,8 @@ _TABLE_STATES = """
                         ELSE coalesce(r.last_barrier, head.barrier) END AS barrier) c
       LEFT JOIN barriers b ON b.barrier = c.barrier
     """
-_TABLE_STATES_OF = text(_TABLE_STATES + " WHERE t.id = ANY(:ids)").bindparams(bindparam("ids", type_=_IDS))
-_ALL_TABLE_STATES = text(_TABLE_STATES)
+_TABLE_STATES_OF = _TABLE_STATES + " WHERE t.id = ANY(CAST(%(ids)s AS bigint[]))"
+_ALL_TABLE_STATES = _TABLE_STATES
 # Lineage graph statements. Their id sets run from a few to tens of thousands, drawn from catalogs of any size:
 # `OFFSET 0` fences make every id one or two index lookups (the planner would otherwise hash whole tables to
 # join a few thousand ids, a cost that grows with the catalog instead of the answer). Ids come as one array, and
@@ -122,10 +118,12 @@ _WALK = """
           FROM (SELECT d.job_id, count(*) OVER () AS jobs
                   FROM (SELECT DISTINCT here.job_id
                           FROM unnest(CAST(%(starts)s AS bigint[])) AS s(id)
-                          JOIN lineage_edges here ON here.table_id = s.id AND here.role = '{near}'
+                          JOIN lineage_edges here
+                            ON here.table_id = s.id AND here.role = '{near}' AND here.removed_at IS NULL
                          ORDER BY here.job_id LIMIT %(first)s) d) j
           CROSS JOIN LATERAL (
-                SELECT x.job_id, x.table_id, x.role FROM lineage_edges x WHERE x.job_id = j.job_id OFFSET 0) e
+                SELECT x.job_id, x.table_id, x.role FROM lineage_edges x
+                 WHERE x.job_id = j.job_id AND x.removed_at IS NULL OFFSET 0) e
          WHERE %(depth)s > 0
         UNION
         SELECT walk.level + 1, walk.total + count(*) OVER (), e.job_id, e.table_id, e.role
@@ -133,8 +131,8 @@ _WALK = """
           CROSS JOIN LATERAL (
                 SELECT x.job_id, x.table_id, x.role
                   FROM lineage_edges here
-                  JOIN lineage_edges x ON x.job_id = here.job_id
-                 WHERE here.table_id = walk.table_id AND here.role = '{near}'
+                  JOIN lineage_edges x ON x.job_id = here.job_id AND x.removed_at IS NULL
+                 WHERE here.table_id = walk.table_id AND here.role = '{near}' AND here.removed_at IS NULL
                 OFFSET 0) e
          WHERE walk.role = '{far}' AND walk.level < %(depth)s AND walk.total <= %(budget)s
     )
@@ -152,7 +150,8 @@ _TABLE_NODES_OF = """
       CROSS JOIN head
       CROSS JOIN LATERAL (
             SELECT x.id, x.name, x.format, x.latest_snapshot_id,
-                   EXISTS (SELECT 1 FROM lineage_edges e WHERE e.table_id = x.id AND e.role = 'sink') AS has_writer
+                   EXISTS (SELECT 1 FROM lineage_edges e WHERE e.table_id = x.id AND e.role = 'sink'
+                                   AND e.removed_at IS NULL) AS has_writer
               FROM tables x WHERE x.id = i.id
             OFFSET 0) t
       LEFT JOIN LATERAL (
@@ -171,10 +170,14 @@ _JOB_EDGES = """
     SELECT e.job_id, e.table_id, e.role
       FROM unnest(CAST(%(ids)s AS bigint[])) AS i(id)
       CROSS JOIN LATERAL (
-            SELECT x.job_id, x.table_id, x.role FROM lineage_edges x WHERE x.job_id = i.id OFFSET 0) e
+            SELECT x.job_id, x.table_id, x.role FROM lineage_edges x
+                 WHERE x.job_id = i.id AND x.removed_at IS NULL OFFSET 0) e
      ORDER BY e.role COLLATE "C", e.table_id, e.job_id
     """
-_ALL_EDGES = 'SELECT job_id, table_id, role FROM lineage_edges ORDER BY role COLLATE "C", table_id, job_id'
+_ALL_EDGES = (
+    "SELECT job_id, table_id, role FROM lineage_edges WHERE removed_at IS NULL"
+    ' ORDER BY role COLLATE "C", table_id, job_id'
+)
 
 # Jobs by name, each with its newest runs that did something (idle stretches carry no timings), newest first.
 _JOB_NODES = """
@@ -196,13 +199,12 @@ _JOB_NODES = """
 
 # For each (table, barrier): the range holding the table's state there and the run of that range's job
 # covering the barrier, with the input names the run recorded (idle runs record none).
-_STEPS = text(
-    """
+_STEPS = """
     SELECT p.table_id, p.barrier, r.kind, r.job_id, j.name,
            x.job_id AS run_job_id, x.first_barrier, x.barrier AS run_barrier, x.status,
            x.inputs_ready_at, x.started_at, x.finished_at,
            coalesce(ARRAY(SELECT jsonb_object_keys(x.inputs)), ARRAY[]::text[]) AS input_names
-      FROM unnest(:table_ids, :barriers) AS p(table_id, barrier)
+      FROM unnest(CAST(%(table_ids)s AS bigint[]), CAST(%(barriers)s AS bigint[])) AS p(table_id, barrier)
       JOIN LATERAL (
             SELECT s.kind, s.job_id, s.last_barrier FROM snapshot_ranges s
              WHERE s.table_id = p.table_id AND s.first_barrier <= p.barrier
@@ -213,10 +215,8 @@ _STEPS = text(
              WHERE q.job_id = r.job_id AND q.first_barrier <= p.barrier
              ORDER BY q.first_barrier DESC LIMIT 1) x ON x.barrier >= p.barrier
     """
-).bindparams(bindparam("table_ids", type_=_IDS), bindparam("barriers", type_=_IDS))
 
-_JOB_FIGURES = text(
-    """
+_JOB_FIGURES = """
     WITH head AS (SELECT barrier, issued_at FROM barriers ORDER BY barrier DESC LIMIT 1)
     SELECT j.name, j.last_barrier,
            CASE WHEN j.last_barrier IS NULL THEN NULL
@@ -233,92 +233,87 @@ _JOB_FIGURES = text(
      WHERE j.is_active
      ORDER BY j.name
     """
-)
 
-_RUN_COUNTS = text(
-    """
+_RUN_COUNTS = """
     SELECT j.name,
            count(*) FILTER (WHERE r.status = 'committed') AS commits,
-           count(*) FILTER (WHERE r.status = 'aborted' AND coalesce(r.reason, '') NOT LIKE 'skipped:%') AS aborts,
-           count(*) FILTER (WHERE r.status = 'aborted' AND r.reason LIKE 'skipped:%') AS skips
+           count(*) FILTER (WHERE r.status = 'aborted' AND coalesce(r.reason, '') NOT LIKE 'skipped:%%') AS aborts,
+           count(*) FILTER (WHERE r.status = 'aborted' AND r.reason LIKE 'skipped:%%') AS skips
       FROM jobs j JOIN job_runs r ON r.job_id = j.id
      WHERE j.is_active
      GROUP BY j.name
      ORDER BY j.name
     """
-)
 
 
-async def db_now(session: AsyncSession) -> datetime:
+async def db_now(conn: Connection) -> datetime:
     """The database clock at the start of the transaction: every delay is measured against it."""
-    value = await session.scalar(text("SELECT now()"))
+    value = await fetch_value(conn, "SELECT now()")
     assert isinstance(value, datetime)
     return value
 
 
-async def clock_and_table(session: AsyncSession, *, name: str | None) -> tuple[datetime, int | None]:
+async def clock_and_table(conn: Connection, *, name: str | None) -> tuple[datetime, int | None]:
     """The database clock at the start of the transaction (every delay is measured against it) and the id of the
     table called `name` (None: not registered), in one round trip."""
-    ((now, table_id),) = await fetch_all(session, _CLOCK_AND_TABLE, {"name": name})
+    ((now, table_id),) = await fetch_all(conn, _CLOCK_AND_TABLE, {"name": name})
     assert isinstance(now, datetime)
     return now, table_id
 
 
 async def walk(
-    session: AsyncSession, *, starts: Iterable[int], upstream: bool, depth: int, budget: int, first: int | None
+    conn: Connection, *, starts: Iterable[int], upstream: bool, depth: int, budget: int, first: int | None
 ) -> list[WalkRow]:
     """Every edge of the jobs a breadth-first walk from `starts` reaches, level by level, for up to `depth` levels;
     no level is computed past the one where the rows so far exceed `budget`. Level 1 holds at most `first` jobs
     (the first by id; None: all), and its rows count as past the budget when that cut it short. An edge reachable
     at several levels comes once per level."""
     params = {"starts": id_array(starts), "depth": depth, "budget": budget, "first": first}
-    return await fetch_all(session, _WALK_UP if upstream else _WALK_DOWN, params)
+    return await fetch_all(conn, _WALK_UP if upstream else _WALK_DOWN, params)
 
 
-async def edges_of_jobs(session: AsyncSession, *, job_ids: Iterable[int]) -> list[EdgeTuple]:
+async def edges_of_jobs(conn: Connection, *, job_ids: Iterable[int]) -> list[EdgeTuple]:
     """Every current edge of the given jobs, by role, table and job."""
-    return await fetch_all(session, _JOB_EDGES, {"ids": id_array(job_ids)})
+    return await fetch_all(conn, _JOB_EDGES, {"ids": id_array(job_ids)})
 
 
-async def all_edges(session: AsyncSession) -> list[EdgeTuple]:
+async def all_edges(conn: Connection) -> list[EdgeTuple]:
     """Every current edge, by role, table and job."""
-    return await fetch_all(session, _ALL_EDGES)
+    return await fetch_all(conn, _ALL_EDGES)
 
 
-async def all_table_ids(session: AsyncSession) -> list[int]:
-    return [int(t) for t in await session.scalars(text("SELECT id FROM tables ORDER BY name"))]
+async def all_table_ids(conn: Connection) -> list[int]:
+    return [int(r[0]) for r in await fetch_all(conn, "SELECT id FROM tables ORDER BY name")]
 
 
-async def table_nodes(session: AsyncSession, *, table_ids: Iterable[int] | None) -> list[TableNodeRow]:
+async def table_nodes(conn: Connection, *, table_ids: Iterable[int] | None) -> list[TableNodeRow]:
     """The tables (all when `table_ids` is None) with their newest complete barrier and snapshot, by name."""
     if table_ids is None:
-        return await fetch_all(session, _ALL_TABLE_NODES)
-    return await fetch_all(session, _TABLE_NODES_OF, {"ids": id_array(table_ids)})
+        return await fetch_all(conn, _ALL_TABLE_NODES)
+    return await fetch_all(conn, _TABLE_NODES_OF, {"ids": id_array(table_ids)})
 
 
-async def job_nodes(session: AsyncSession, *, job_ids: Iterable[int], per_job: int) -> list[JobNodeRow]:
+async def job_nodes(conn: Connection, *, job_ids: Iterable[int], per_job: int) -> list[JobNodeRow]:
     """The jobs by name, each with up to `per_job` newest non-idle runs (newest first; one row per run, or one
     row with empty run fields for a job without any)."""
-    return await fetch_all(session, _JOB_NODES, {"ids": id_array(job_ids), "per_job": per_job})
+    return await fetch_all(conn, _JOB_NODES, {"ids": id_array(job_ids), "per_job": per_job})
 
 
-async def table_ids_by_name(session: AsyncSession, *, names: Sequence[str]) -> dict[str, int]:
+async def table_ids_by_name(conn: Connection, *, names: Sequence[str]) -> dict[str, int]:
     if not names:
         return {}
-    rows = await session.execute(
-        text("SELECT name, id FROM tables WHERE name = ANY(:names)"), {"names": list(set(names))}
-    )
+    rows = await fetch_all(conn, "SELECT name, id FROM tables WHERE name = ANY(%(names)s)", {"names": list(set(names))})
     return {str(r[0]): int(r[1]) for r in rows}
 
 
-async def source_ids_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -> dict[int, list[int]]:
+async def source_ids_of_jobs(conn: Connection, *, job_ids: Sequence[int]) -> dict[int, list[int]]:
     """The tables each job currently reads."""
     if not job_ids:
         return {}
-    rows = await session.execute(
-        text("SELECT job_id, table_id FROM lineage_edges WHERE role = 'source' AND job_id = ANY(:ids)").bindparams(
-            bindparam("ids", type_=_IDS)
-        ),
+    rows = await fetch_all(
+        conn,
+        "SELECT job_id, table_id FROM lineage_edges WHERE role = 'source' AND removed_at IS NULL"
+        " AND job_id = ANY(CAST(%(ids)s AS bigint[]))",
         {"ids": list(job_ids)},
     )
     out: dict[int, list[int]] = {}
@@ -328,87 +323,73 @@ async def source_ids_of_jobs(session: AsyncSession, *, job_ids: Sequence[int]) -
 
 
 def _table_state(r: Any) -> TableState:
+    table_id, name, format_, has_writer, latest, barrier, snapshot, issued_at = r
     return TableState(
-        id=int(r.id),
-        name=str(r.name),
-        format=r.format,
-        has_writer=bool(r.has_writer),
-        latest_snapshot_id=r.latest_snapshot_id,
-        barrier=None if r.barrier is None else int(r.barrier),
-        snapshot_id=None if r.snapshot_id is None else int(r.snapshot_id),
-        issued_at=r.issued_at,
+        id=int(table_id),
+        name=str(name),
+        format=format_,
+        has_writer=bool(has_writer),
+        latest_snapshot_id=latest,
+        barrier=None if barrier is None else int(barrier),
+        snapshot_id=None if snapshot is None else int(snapshot),
+        issued_at=issued_at,
     )
 
 
-async def table_states(session: AsyncSession, *, table_ids: Sequence[int] | None = None) -> list[TableState]:
+async def table_states(conn: Connection, *, table_ids: Sequence[int] | None = None) -> list[TableState]:
     """Each table (all of them when `table_ids` is None) with its newest complete barrier and snapshot."""
     if table_ids is None:
-        rows = await session.execute(_ALL_TABLE_STATES)
+        rows = await fetch_all(conn, _ALL_TABLE_STATES)
     else:
-        rows = await session.execute(_TABLE_STATES_OF, {"ids": list(table_ids)})
+        rows = await fetch_all(conn, _TABLE_STATES_OF, {"ids": list(table_ids)})
     return [_table_state(r) for r in rows]
 
 
-async def steps_at(session: AsyncSession, *, pairs: Sequence[tuple[int, int]]) -> list[Step]:
+async def steps_at(conn: Connection, *, pairs: Sequence[tuple[int, int]]) -> list[Step]:
     """For each (table id, barrier) that the table completed: the range kind, its job and that job's run there.
 
     Pairs where the table holds no range are left out.
     """
     if not pairs:
         return []
-    rows = await session.execute(_STEPS, {"table_ids": [p[0] for p in pairs], "barriers": [p[1] for p in pairs]})
+    params = {"table_ids": [p[0] for p in pairs], "barriers": [p[1] for p in pairs]}
     steps = []
-    for r in rows:
+    for r in await fetch_all(conn, _STEPS, params):
+        (table_id, barrier, kind, job_id, job_name, run_job, run_first, run_barrier, status, ready, started, finished,
+         input_names) = r  # fmt: skip
         run = None
-        if r.run_job_id is not None:
-            run = RunRow(
-                int(r.run_job_id),
-                int(r.first_barrier),
-                int(r.run_barrier),
-                str(r.status),
-                r.inputs_ready_at,
-                r.started_at,
-                r.finished_at,
-            )
+        if run_job is not None:
+            run = RunRow(int(run_job), int(run_first), int(run_barrier), str(status), ready, started, finished)
         steps.append(
             Step(
-                table_id=int(r.table_id),
-                barrier=int(r.barrier),
-                range_kind=str(r.kind),
-                job_id=None if r.job_id is None else int(r.job_id),
-                job_name=r.name,
+                table_id=int(table_id),
+                barrier=int(barrier),
+                range_kind=str(kind),
+                job_id=None if job_id is None else int(job_id),
+                job_name=job_name,
                 run=run,
-                input_names=[str(n) for n in r.input_names],
+                input_names=[str(n) for n in input_names],
             )
         )
     return steps
 
 
-async def barrier_count(session: AsyncSession) -> int:
-    return int(await session.scalar(text("SELECT count(*) FROM barriers")) or 0)
+async def barrier_count(conn: Connection) -> int:
+    return int(await fetch_value(conn, "SELECT count(*) FROM barriers") or 0)
 
 
-async def job_figures(session: AsyncSession) -> list[JobFigures]:
+async def job_figures(conn: Connection) -> list[JobFigures]:
     """Per active job: last barrier, lag behind the newest barrier, timings of its last committed run."""
-    rows = await session.execute(_JOB_FIGURES)
 
     def num(value: Any) -> float | None:
         return None if value is None else float(value)
 
     return [
-        JobFigures(
-            str(r.name),
-            r.last_barrier,
-            None if r.lag_barriers is None else int(r.lag_barriers),
-            num(r.lag_seconds),
-            num(r.duration),
-            num(r.waiting),
-        )
-        for r in rows
+        JobFigures(str(name), last, None if lag is None else int(lag), num(lag_s), num(duration), num(waiting))
+        for name, last, lag, lag_s, duration, waiting in await fetch_all(conn, _JOB_FIGURES)
     ]
 
 
-async def run_counts(session: AsyncSession) -> list[tuple[str, int, int, int]]:
+async def run_counts(conn: Connection) -> list[tuple[str, int, int, int]]:
     """(job, committed, aborted, skipped) barrier counts of every active job that ran at least once."""
-    rows = await session.execute(_RUN_COUNTS)
-    return [(str(r.name), int(r.commits), int(r.aborts), int(r.skips)) for r in rows]
+    return [(str(n), int(c), int(a), int(k)) for n, c, a, k in await fetch_all(conn, _RUN_COUNTS)]

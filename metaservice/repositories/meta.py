@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
+from metaservice.db.database import Connection
+from metaservice.repositories.driver import fetch_value
+
+_REVISION = """
+    SELECT CASE WHEN to_regclass('alembic_version') IS NULL THEN NULL
+                ELSE (SELECT version_num FROM alembic_version LIMIT 1) END
+"""
 
 
-async def schema_revision(session: AsyncSession) -> str | None:
+async def schema_revision(conn: Connection) -> str | None:
     """The Alembic revision the database is at, or None before the first migration."""
-    exists = await session.scalar(text("SELECT to_regclass('alembic_version') IS NOT NULL"))
-    if not exists:
-        return None
-    value = await session.scalar(text("SELECT version_num FROM alembic_version LIMIT 1"))
-    return str(value) if value is not None else None
+    value = await fetch_value(conn, _REVISION, prepare=True)
+    return None if value is None else str(value)

@@ -1,9 +1,11 @@
-"""SQL for consistent versions: the requested tables, their lineage components and where each one stands.
+"""SQL for consistent versions: the requested tables, their lineage components at a barrier, and where each stands.
 
-`POST /versions` is a hot read path, so the common answer costs one statement: the component walk (recursive
-CTE), every table's newest range, the candidate barrier and the range covering it come back together. Only
-barriers blocked by aborted ranges cost one more statement per step back. Statements go straight through the
-driver (`repositories/driver.py`) and rows are plain tuples, never ORM objects.
+`POST /versions` is a hot read path: the usual answer costs one statement. For a bound B (the newest barrier, at
+first), it walks the components of the requested tables through the edges in effect at B (strong), marks which
+tables have a writer at B, and returns the candidate barrier (the oldest newest-completion at or before B among
+the tables that must hold a snapshot) with the range covering it in each, plus the newest lineage change before
+B. Only aborted ranges and lineage changes cost one more statement per step back. Statements go straight
+through the driver and rows are plain tuples.
 """
 
 from __future__ import annotations
@@ -11,126 +13,125 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from metaservice.db.database import Connection
 from metaservice.repositories.driver import fetch_all
 
 
 class Standing(NamedTuple):
-    """A table of the scope (requested or in their components) and the range holding it at a barrier.
+    """A table that must hold a snapshot at the candidate barrier, and the range covering it there.
 
-    `name` is set for requested tables only. `completed` is False for a table that never held a range.
-    `first_barrier`/`snapshot_id` describe the newest range starting at or before the barrier, and `holds`
-    says whether that range still holds at the barrier (None: no such range).
+    `name` is set for requested tables only. `first_barrier`/`snapshot_id` describe the newest range starting at
+    or before the candidate; `holds` says whether it still holds there (None: no such range).
     """
 
     table_id: int
     name: str | None
-    completed: bool
     first_barrier: int | None
     snapshot_id: int | None
     holds: bool | None
 
 
 class Frontier(NamedTuple):
-    """The newest barrier issued (None: none yet), the first candidate barrier, and every table of the scope."""
+    """At bound `bound` (None: no barrier issued): the candidate barrier (None: a table that must hold one has
+    no range up to the bound), the newest lineage change before the bound, and the tables that must hold one."""
 
-    head: int | None
+    bound: int | None
     candidate: int | None
+    lower: int | None
     tables: list[Standing]
 
 
-# The scope grows through jobs in both directions (tables sharing a job are one component) when strong;
-# `UNION` gives set semantics, so a diamond costs one row per table, not one per path. A range covers the
-# candidate when it is the newest one starting at or before it and is open or ends at or after it.
-_FRONTIER = """
+# Edges in effect at barrier b: added before b, not removed before b.
+_AT_B = "{e}.added_after < bound.b AND ({e}.removed_after IS NULL OR {e}.removed_after >= bound.b)"
+
+_FRONTIER = f"""
     WITH RECURSIVE
-    asked AS ({asked}),
+    asked AS ({{asked}}),
+    bound AS (SELECT max(barrier) AS b FROM barriers WHERE %(bound)s::bigint IS NULL OR barrier <= %(bound)s),
     scope(table_id) AS (
         SELECT id FROM asked
         UNION
         SELECT linked.table_id
           FROM scope
+          CROSS JOIN bound
           CROSS JOIN LATERAL (
                 SELECT other.table_id
                   FROM lineage_edges mine
                   JOIN lineage_edges other ON other.job_id = mine.job_id
                  WHERE mine.table_id = scope.table_id AND %(strong)s
+                   AND {_AT_B.format(e="mine")} AND {_AT_B.format(e="other")}
                 OFFSET 0) linked
     ),
-    head AS (SELECT max(barrier) AS barrier FROM barriers),
+    members AS (
+        SELECT s.table_id, a.name
+          FROM scope s
+          CROSS JOIN bound
+          LEFT JOIN asked a ON a.id = s.table_id
+         WHERE a.id IS NOT NULL
+            OR EXISTS (SELECT 1 FROM lineage_edges w
+                        WHERE w.table_id = s.table_id AND w.role = 'sink' AND {_AT_B.format(e="w")})
+    ),
     newest AS (
-        SELECT scope.table_id, r.last_barrier, r.first_barrier IS NOT NULL AS completed
-          FROM scope
+        SELECT m.table_id, r.first_barrier, r.last_barrier
+          FROM members m
+          CROSS JOIN bound
           LEFT JOIN LATERAL (
                 SELECT s.first_barrier, s.last_barrier FROM snapshot_ranges s
-                 WHERE s.table_id = scope.table_id
+                 WHERE s.table_id = m.table_id AND s.first_barrier <= bound.b
                  ORDER BY s.first_barrier DESC LIMIT 1) r ON true
     ),
     candidate AS (
-        SELECT min(coalesce(n.last_barrier, head.barrier)) AS barrier
-          FROM newest n CROSS JOIN head
-         WHERE n.completed
+        SELECT CASE WHEN bool_and(n.first_barrier IS NOT NULL)
+                    THEN min(least(coalesce(n.last_barrier, bound.b), bound.b)) END AS c
+          FROM newest n CROSS JOIN bound
+         GROUP BY bound.b
+    ),
+    lower AS (
+        SELECT greatest(
+                   (SELECT max(e.added_after) FROM lineage_edges e WHERE e.added_after < bound.b),
+                   (SELECT max(e.removed_after) FROM lineage_edges e WHERE e.removed_after < bound.b)) AS l
+          FROM bound
     )
-    SELECT n.table_id, asked.name, n.completed, head.barrier AS head, candidate.barrier AS candidate,
-           c.first_barrier, c.snapshot_id, c.holds
-      FROM newest n
-      CROSS JOIN head
-      CROSS JOIN candidate
-      LEFT JOIN asked ON asked.id = n.table_id
+    SELECT bound.b, candidate.c, lower.l, m.table_id, m.name, c.first_barrier, c.snapshot_id, c.holds
+      FROM bound
+      CROSS JOIN lower
+      LEFT JOIN candidate ON true
+      LEFT JOIN members m ON true
       LEFT JOIN LATERAL (
             SELECT s.first_barrier, s.snapshot_id,
-                   s.last_barrier IS NULL OR s.last_barrier >= candidate.barrier AS holds
+                   s.last_barrier IS NULL OR s.last_barrier >= candidate.c AS holds
               FROM snapshot_ranges s
-             WHERE n.completed AND s.table_id = n.table_id AND s.first_barrier <= candidate.barrier
+             WHERE s.table_id = m.table_id AND s.first_barrier <= candidate.c
              ORDER BY s.first_barrier DESC LIMIT 1) c ON true
-    """
+"""
 
 _BY_NAME = _FRONTIER.format(
     asked="SELECT t.id, t.name FROM unnest(CAST(%(names)s AS text[])) AS a(name) JOIN tables t ON t.name = a.name"
 )
-
 _BY_ID = _FRONTIER.format(
     asked="SELECT t.id, t.name FROM unnest(CAST(%(ids)s AS bigint[])) AS a(id) JOIN tables t ON t.id = a.id"
 )
-
-# One step back past aborted ranges: the last barrier issued before %(before)s, and what covers it in each table.
-_STEP_BACK = """
-    WITH previous AS (SELECT max(barrier) AS barrier FROM barriers WHERE barrier < %(before)s)
-    SELECT t.table_id, previous.barrier, c.first_barrier, c.snapshot_id, c.holds
-      FROM previous
-      CROSS JOIN unnest(CAST(%(table_ids)s AS bigint[])) AS t(table_id)
-      LEFT JOIN LATERAL (
-            SELECT s.first_barrier, s.snapshot_id,
-                   s.last_barrier IS NULL OR s.last_barrier >= previous.barrier AS holds
-              FROM snapshot_ranges s
-             WHERE s.table_id = t.table_id AND s.first_barrier <= previous.barrier
-             ORDER BY s.first_barrier DESC LIMIT 1) c ON true
-    """
+_REGISTERED = "SELECT name FROM tables WHERE name = ANY(CAST(%(names)s AS text[]))"
 
 
 def _frontier(rows: Sequence[Any]) -> Frontier:
-    if not rows:
-        return Frontier(None, None, [])
-    return Frontier(rows[0][3], rows[0][4], [Standing(r[0], r[1], r[2], r[5], r[6], r[7]) for r in rows])
+    if not rows or rows[0][0] is None:
+        return Frontier(None, None, None, [])
+    bound, candidate, lower = rows[0][0], rows[0][1], rows[0][2]
+    tables = [Standing(r[3], r[4], r[5], r[6], r[7]) for r in rows if r[3] is not None]
+    return Frontier(bound, candidate, lower, tables)
 
 
-async def frontier(session: AsyncSession, *, names: Sequence[str], strong: bool) -> Frontier:
-    """The tables called `names` (those registered) and, when `strong`, every table of their components."""
-    return _frontier(await fetch_all(session, _BY_NAME, {"names": list(names), "strong": strong}))
+async def frontier(conn: Connection, *, names: Sequence[str], strong: bool, bound: int | None) -> Frontier:
+    """The tables called `names` and, when `strong`, every table with a writer at the bound in their components."""
+    params = {"names": list(names), "strong": strong, "bound": bound}
+    return _frontier(await fetch_all(conn, _BY_NAME, params, prepare=True))
 
 
-async def frontier_of_ids(session: AsyncSession, *, table_ids: Sequence[int], strong: bool) -> Frontier:
+async def frontier_of_ids(conn: Connection, *, table_ids: Sequence[int], strong: bool, bound: int | None) -> Frontier:
     """Like `frontier`, for tables known by id."""
-    return _frontier(await fetch_all(session, _BY_ID, {"ids": list(table_ids), "strong": strong}))
+    return _frontier(await fetch_all(conn, _BY_ID, {"ids": list(table_ids), "strong": strong, "bound": bound}))
 
 
-async def step_back(
-    session: AsyncSession, *, table_ids: Sequence[int], before: int
-) -> tuple[int | None, dict[int, Standing]]:
-    """The last barrier issued before `before` (None: none) and, for each table, the range covering it."""
-    rows = await fetch_all(session, _STEP_BACK, {"table_ids": list(table_ids), "before": before})
-    barrier = rows[0][1] if rows else None
-    if barrier is None:
-        return None, {}
-    return barrier, {r[0]: Standing(r[0], None, True, r[2], r[3], r[4]) for r in rows}
+async def registered(conn: Connection, *, names: Sequence[str]) -> set[str]:
+    return {str(r[0]) for r in await fetch_all(conn, _REGISTERED, {"names": list(names)})}

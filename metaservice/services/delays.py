@@ -16,8 +16,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import in_transaction
 from metaservice.errors import NoConsistentVersion, NotFound
 from metaservice.repositories import barriers as barrier_rows
@@ -33,10 +32,10 @@ MAX_PAIRS = 200_000
 Pair = tuple[int, int]  # (table id, barrier)
 
 
-async def table_delay(session: AsyncSession, *, table: str, barrier: int | None = None) -> TableDelay:
+async def table_delay(db: Database, *, table: str, barrier: int | None = None) -> TableDelay:
     """Delay of one table and the critical path of its newest complete barrier (or of `barrier`)."""
 
-    async def work(s: AsyncSession) -> TableDelay:
+    async def work(s: Connection) -> TableDelay:
         row = await table_rows.get(s, name=table)
         if row is None:
             raise NotFound(f"table {table!r} is not registered", table=table)
@@ -89,13 +88,13 @@ async def table_delay(session: AsyncSession, *, table: str, barrier: int | None 
             path_truncated=truncated,
         )
 
-    return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
+    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
 
 
-async def all_delays(session: AsyncSession) -> DelayList:
+async def all_delays(db: Database) -> DelayList:
     """Every table's delay with its bottleneck job, worst first (tables that completed nothing lead)."""
 
-    async def work(s: AsyncSession) -> DelayList:
+    async def work(s: Connection) -> DelayList:
         states = await lineage_rows.table_states(s)
         now = await lineage_rows.db_now(s)
         complete = [t for t in states if t.barrier is not None and t.issued_at is not None]
@@ -121,7 +120,7 @@ async def all_delays(session: AsyncSession) -> DelayList:
         summaries.sort(key=lambda d: (d.delay_seconds is not None, -(d.delay_seconds or 0.0), d.table))
         return DelayList(as_of=now, delays=summaries)
 
-    return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
+    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
 
 
 @dataclass(frozen=True)
@@ -142,10 +141,10 @@ class MetricFigures:
     barriers_issued: int
 
 
-async def metric_figures(session: AsyncSession) -> MetricFigures:
+async def metric_figures(db: Database) -> MetricFigures:
     """Per-table delay, per-job lag and last run timings, barrier and commit/abort counts (one read snapshot)."""
 
-    async def work(s: AsyncSession) -> MetricFigures:
+    async def work(s: Connection) -> MetricFigures:
         states = await lineage_rows.table_states(s)
         now = await lineage_rows.db_now(s)
         tables = [
@@ -159,7 +158,7 @@ async def metric_figures(session: AsyncSession) -> MetricFigures:
             barriers_issued=await lineage_rows.barrier_count(s),
         )
 
-    return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
+    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
 
 
 def delay_of(state: TableState, now: datetime) -> float | None:
@@ -198,7 +197,7 @@ class _CriticalPaths:
     inputs_ready: dict[Pair, datetime | None] = field(default_factory=dict)
     critical: dict[Pair, Pair | None] = field(default_factory=dict)
 
-    async def load(self, s: AsyncSession, pairs: Iterable[Pair]) -> None:
+    async def load(self, s: Connection, pairs: Iterable[Pair]) -> None:
         """Fetch the steps of `pairs` and of everything upstream of them at the same barriers (one query a level)."""
         pending = set(pairs) - self.steps.keys()
         for _ in range(MAX_LEVELS):
@@ -225,7 +224,7 @@ class _CriticalPaths:
                 following.update(self.inputs[pair])
             pending = following - self.steps.keys()
 
-    async def table_names(self, s: AsyncSession) -> dict[int, str]:
+    async def table_names(self, s: Connection) -> dict[int, str]:
         tables = await table_rows.by_ids(s, ids=sorted({p[0] for p in self.steps}))
         return {t.id: t.name for t in tables.values()}
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from functools import cache
 
 from alembic.script import ScriptDirectory
-from sqlalchemy.ext.asyncio import AsyncSession
 
+from metaservice.db.database import Database
 from metaservice.db.migrate import alembic_config
-from metaservice.db.transaction import in_transaction
+from metaservice.db.transaction import in_autocommit
 from metaservice.errors import Unavailable
 from metaservice.repositories import meta
 
@@ -21,9 +21,9 @@ def expected_revision() -> str:
     return head
 
 
-async def readiness(session: AsyncSession) -> dict[str, str]:
-    """Raise `Unavailable` unless the database is reachable and migrated to this code's head."""
-    revision = await in_transaction(session, meta.schema_revision, read_only=True)
+async def readiness(db: Database) -> dict[str, str]:
+    """Raise `Unavailable` unless the database is reachable and migrated to this code's head (one statement)."""
+    revision = await in_autocommit(db, lambda unit: meta.schema_revision(unit.conn))
     if revision != expected_revision():
         raise Unavailable(f"database schema is at {revision!r}, expected {expected_revision()!r}; run migrations")
     return {"status": "ready", "schema_revision": revision}

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from metaservice.db.models import Job, Table
+from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import in_transaction
 from metaservice.errors import NotFound
 from metaservice.repositories import barriers as barrier_rows
@@ -13,8 +11,9 @@ from metaservice.repositories import jobs as job_rows
 from metaservice.repositories import runs as run_rows
 from metaservice.repositories import snapshots as snapshot_rows
 from metaservice.repositories import tables as table_rows
+from metaservice.repositories.jobs import JobRow
 from metaservice.repositories.runs import RunRow
-from metaservice.repositories.snapshots import RangeRow
+from metaservice.repositories.tables import TableRow
 from metaservice.schemas import (
     BarrierDetail,
     BarrierList,
@@ -31,33 +30,33 @@ from metaservice.schemas import (
 )
 
 
-async def list_jobs(session: AsyncSession, *, limit: int, after: str | None) -> JobList:
-    async def work(s: AsyncSession) -> JobList:
+async def list_jobs(db: Database, *, limit: int, after: str | None) -> JobList:
+    async def work(s: Connection) -> JobList:
         jobs = await job_rows.list_all(s, limit=limit, after_name=after)
         return JobList(jobs=await _job_infos(s, jobs))
 
-    return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
+    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
 
 
-async def get_job(session: AsyncSession, *, job_id: str) -> JobInfo:
-    async def work(s: AsyncSession) -> JobInfo:
+async def get_job(db: Database, *, job_id: str) -> JobInfo:
+    async def work(s: Connection) -> JobInfo:
         job = await job_rows.get(s, name=job_id)
         if job is None:
             raise NotFound(f"job {job_id!r} is not registered", job_id=job_id)
         return (await _job_infos(s, [job]))[0]
 
-    return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
+    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
 
 
-async def job_history(session: AsyncSession, *, job_id: str, limit: int, before: int | None) -> JobHistory:
-    async def work(s: AsyncSession) -> JobHistory:
+async def job_history(db: Database, *, job_id: str, limit: int, before: int | None) -> JobHistory:
+    async def work(s: Connection) -> JobHistory:
         job = await job_rows.get(s, name=job_id)
         if job is None:
             raise NotFound(f"job {job_id!r} is not registered", job_id=job_id)
         runs = await run_rows.history(s, job_id=job.id, limit=limit, before_barrier=before)
         return JobHistory(job_id=job_id, runs=[run_info(r) for r in runs])
 
-    return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
+    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
 
 
 def run_info(run: RunRow) -> JobRunInfo:
@@ -76,26 +75,26 @@ def run_info(run: RunRow) -> JobRunInfo:
     )
 
 
-async def list_tables(session: AsyncSession, *, limit: int, after: str | None) -> TableList:
-    async def work(s: AsyncSession) -> TableList:
+async def list_tables(db: Database, *, limit: int, after: str | None) -> TableList:
+    async def work(s: Connection) -> TableList:
         tables = await table_rows.list_all(s, limit=limit, after_name=after)
         return TableList(tables=await _table_infos(s, tables))
 
-    return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
+    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
 
 
-async def get_table(session: AsyncSession, *, table: str) -> TableInfo:
-    async def work(s: AsyncSession) -> TableInfo:
+async def get_table(db: Database, *, table: str) -> TableInfo:
+    async def work(s: Connection) -> TableInfo:
         row = await table_rows.get(s, name=table)
         if row is None:
             raise NotFound(f"table {table!r} is not registered", table=table)
         return (await _table_infos(s, [row]))[0]
 
-    return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
+    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
 
 
-async def table_history(session: AsyncSession, *, table: str, limit: int, before: int | None) -> TableHistory:
-    async def work(s: AsyncSession) -> TableHistory:
+async def table_history(db: Database, *, table: str, limit: int, before: int | None) -> TableHistory:
+    async def work(s: Connection) -> TableHistory:
         row = await table_rows.get(s, name=table)
         if row is None:
             raise NotFound(f"table {table!r} is not registered", table=table)
@@ -113,25 +112,25 @@ async def table_history(session: AsyncSession, *, table: str, limit: int, before
             ],
         )
 
-    return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
+    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
 
 
-async def list_barriers(session: AsyncSession, *, limit: int, before: int | None) -> BarrierList:
-    async def work(s: AsyncSession) -> BarrierList:
+async def list_barriers(db: Database, *, limit: int, before: int | None) -> BarrierList:
+    async def work(s: Connection) -> BarrierList:
         rows = await barrier_rows.newest(s, limit=limit, before_barrier=before)
         return BarrierList(
             barriers=[BarrierSummary(barrier=b.barrier, issued_at=b.issued_at, issued_by=b.issued_by) for b in rows]
         )
 
-    return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
+    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
 
 
-async def get_barrier(session: AsyncSession, *, barrier: int) -> BarrierDetail:
-    async def work(s: AsyncSession) -> BarrierDetail:
+async def get_barrier(db: Database, *, barrier: int) -> BarrierDetail:
+    async def work(s: Connection) -> BarrierDetail:
         row = await barrier_rows.get(s, barrier=barrier)
         if row is None:
             raise NotFound(f"barrier {barrier} was never issued", barrier=barrier)
-        tables = await table_rows.list_all(s, limit=100_000)
+        tables = await table_rows.list_all(s, limit=1_000_000)
         ids = [t.id for t in tables]
         covering = await snapshot_rows.covering(s, table_ids=ids, barrier=barrier)
         lasts = await snapshot_rows.last(s, table_ids=ids)
@@ -147,20 +146,21 @@ async def get_barrier(session: AsyncSession, *, barrier: int) -> BarrierDetail:
                 states[t.name] = TableAtBarrier(state="pending" if beyond else "absent", snapshot_id=None)
         return BarrierDetail(barrier=row.barrier, issued_at=row.issued_at, issued_by=row.issued_by, tables=states)
 
-    return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
+    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
 
 
-async def _job_infos(s: AsyncSession, jobs: list[Job]) -> list[JobInfo]:
+async def _job_infos(s: Connection, jobs: list[JobRow]) -> list[JobInfo]:
     edges = await edge_rows.tables_of_jobs(s, job_ids=[j.id for j in jobs])
+    runs = await run_rows.in_flight_of(s, job_ids=[j.id for j in jobs])
     infos = []
     for job in jobs:
-        run = await run_rows.in_flight(s, job_id=job.id)
+        run = runs.get(job.id)
         infos.append(
             JobInfo(
                 job_id=job.name,
                 is_active=job.is_active,
-                sources=edges[job.id]["source"],
-                sinks=edges[job.id]["sink"],
+                sources=[t.name for t in edges[job.id]["source"]],
+                sinks=[t.name for t in edges[job.id]["sink"]],
                 last_barrier=job.last_barrier,
                 in_flight_barrier=run.barrier if run else None,
                 registered_at=job.registered_at,
@@ -170,25 +170,21 @@ async def _job_infos(s: AsyncSession, jobs: list[Job]) -> list[JobInfo]:
     return infos
 
 
-async def _table_infos(s: AsyncSession, tables: list[Table]) -> list[TableInfo]:
+async def _table_infos(s: Connection, tables: list[TableRow]) -> list[TableInfo]:
     ids = [t.id for t in tables]
     writers = await edge_rows.writers_of(s, table_ids=ids)
     readers = await edge_rows.readers_of(s, table_ids=ids)
     head = await barrier_rows.head(s)
-    lasts = await snapshot_rows.last(s, table_ids=ids)
+    completes = await snapshot_rows.last_complete(s, table_ids=ids)
     infos = []
     for t in tables:
         newest_barrier, newest_snapshot = None, None
-        last = lasts.get(t.id)
-        if last is not None:
-            complete = last if last.snapshot_id is not None else None
-            if complete is None:
-                complete = await _last_complete(s, t.id)
-            if complete is not None:
-                newest_snapshot = complete.snapshot_id
-                newest_barrier = (
-                    complete.last_barrier if complete.last_barrier is not None else (head.barrier if head else None)
-                )
+        complete = completes.get(t.id)
+        if complete is not None:
+            newest_snapshot = complete.snapshot_id
+            newest_barrier = (
+                complete.last_barrier if complete.last_barrier is not None else (head.barrier if head else None)
+            )
         infos.append(
             TableInfo(
                 table=t.name,
@@ -203,8 +199,3 @@ async def _table_infos(s: AsyncSession, tables: list[Table]) -> list[TableInfo]:
             )
         )
     return infos
-
-
-async def _last_complete(s: AsyncSession, table_id: int) -> RangeRow | None:
-    rows = await snapshot_rows.history(s, table_id=table_id, limit=50)
-    return next((r for r in rows if r.snapshot_id is not None), None)

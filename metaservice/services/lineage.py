@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal, TypedDict
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
+from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import in_transaction
 from metaservice.errors import NotFound
 from metaservice.repositories import lineage as lineage_rows
@@ -79,7 +78,7 @@ class LineageGraphData(TypedDict):
 
 
 async def lineage_graph(
-    session: AsyncSession,
+    db: Database,
     *,
     table: str | None,
     direction: LineageDirection = "both",
@@ -88,7 +87,7 @@ async def lineage_graph(
 ) -> LineageGraphData:
     """Tables, jobs and current edges around `table` within `depth` job hops, or the whole graph (table None)."""
 
-    async def work(s: AsyncSession) -> LineageGraphData:
+    async def work(s: Connection) -> LineageGraphData:
         now, start = await lineage_rows.clock_and_table(s, name=table)
         if table is None:
             picked = await _whole(s, max_nodes=max_nodes)
@@ -101,7 +100,7 @@ async def lineage_graph(
         )
 
     with _collection_paused():
-        return await in_transaction(session, work, isolation="REPEATABLE READ", read_only=True)
+        return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
 
 
 @contextmanager
@@ -160,7 +159,7 @@ class _Links:
     rows: list[WalkRow] = field(default_factory=list)
 
     async def fetch(
-        self, s: AsyncSession, *, frontier: Sequence[int], level: int, depth: int, max_nodes: int, first: int | None
+        self, s: Connection, *, frontier: Sequence[int], level: int, depth: int, max_nodes: int, first: int | None
     ) -> None:
         """Add the links of up to `depth` - `level` levels beyond `frontier` (the tables reached at `level`), with at
         most `first` jobs on the first of them (the first by id)."""
@@ -194,7 +193,7 @@ class _Links:
         return len(jobs) + len(beyond) > picked.max_nodes - len(picked.tables) - len(picked.jobs)
 
 
-async def _links_from(s: AsyncSession, picked: _Picked, *, start: int, upstream: bool, depth: int) -> _Links:
+async def _links_from(s: Connection, picked: _Picked, *, start: int, upstream: bool, depth: int) -> _Links:
     """The walk's links from `start`, with its first level cut short when that level alone fills the answer.
 
     Every job of the first level takes a place, so past the first `room` + 1 (by id) none can be in the answer;
@@ -211,7 +210,7 @@ async def _links_from(s: AsyncSession, picked: _Picked, *, start: int, upstream:
     return links
 
 
-async def _around(s: AsyncSession, *, start: int, direction: str, depth: int, max_nodes: int) -> _Picked:
+async def _around(s: Connection, *, start: int, direction: str, depth: int, max_nodes: int) -> _Picked:
     picked = _Picked(max_nodes)
     picked.tables[start] = None
     ways = {"upstream": (True,), "downstream": (False,), "both": (True, False)}[direction]
@@ -262,7 +261,7 @@ def _take_level(picked: _Picked, frontier: Sequence[int], links: _Links) -> list
     return beyond
 
 
-async def _whole(s: AsyncSession, *, max_nodes: int) -> _Picked:
+async def _whole(s: Connection, *, max_nodes: int) -> _Picked:
     """Every table and every job with edges; over the cap, the nodes nearest the roots (topological order)."""
     picked = _Picked(max_nodes)
     edges = await lineage_rows.all_edges(s)
@@ -304,7 +303,7 @@ def _topological(tables: Sequence[int], jobs: Sequence[int], edges: Sequence[Edg
 
 
 async def _annotate(
-    s: AsyncSession,
+    s: Connection,
     picked: _Picked,
     *,
     now: datetime,

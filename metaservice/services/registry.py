@@ -1,23 +1,37 @@
-"""Lineage registration: idempotent edges, one writer per table, no cycles, and unregistering jobs."""
+"""Lineage registration: idempotent edges, one writer per table, no cycles, ownership; removing edges and jobs.
+
+Every change is one transaction under a transaction-scoped advisory lock (registrations are rare and the cycle and
+writer checks read the whole graph). It takes the barrier clock row in share mode, so it commits entirely between
+two barriers and is recorded with the newest barrier issued before it (`added_after` / `removed_after`): it takes
+effect at the next one (docs/design.md, "Rules for a changing lineage"). A change to a job with a barrier in
+flight aborts that barrier (rule 7), and every change bumps the job's version, so a step planned on the old
+lineage writes nothing and is planned again.
+"""
 
 from __future__ import annotations
 
 from collections import deque
 from typing import Literal
 
-from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from metaservice.db.models import Table
+from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import in_transaction
-from metaservice.errors import CycleError, NotFound, TableHasWriter, TableMetadataConflict
+from metaservice.errors import (
+    CycleError,
+    Forbidden,
+    NotFound,
+    TableHasWriter,
+    TableMetadataConflict,
+    TableNameConflict,
+)
 from metaservice.repositories import barriers as barrier_rows
 from metaservice.repositories import edges as edge_rows
 from metaservice.repositories import jobs as job_rows
-from metaservice.repositories import runs as run_rows
 from metaservice.repositories import snapshots as snapshot_rows
 from metaservice.repositories import tables as table_rows
-from metaservice.schemas import Registration, Unregistration
+from metaservice.repositories.tables import TableRow
+from metaservice.schemas import EdgeRemoval, Registration, Unregistration
+from metaservice.services.barriers import abort_in_flight
+from metaservice.services.tokens import ANONYMOUS_ADMIN, Principal
 
 # Registrations are rare and must see each other (cycle and writer checks read the whole graph), so they are
 # serialized by one transaction-scoped advisory lock.
@@ -26,85 +40,151 @@ REGISTRY_LOCK_KEY = 0x72656769  # "regi"
 Role = Literal["source", "sink"]
 
 
-async def lock_registry(session: AsyncSession) -> None:
-    await session.execute(select(func.pg_advisory_xact_lock(REGISTRY_LOCK_KEY)))
+async def lock_registry(conn: Connection) -> None:
+    await conn.execute("SELECT pg_advisory_xact_lock(%s)", [REGISTRY_LOCK_KEY])
 
 
 async def register(
-    session: AsyncSession,
+    db: Database,
     *,
     job_id: str,
     table: str,
     role: Role,
     format: str | None = None,
     location: str | None = None,
+    principal: Principal = ANONYMOUS_ADMIN,
 ) -> Registration:
     """Add `job_id` reads/writes `table`; creates both on first sight. Re-registering is a no-op."""
 
-    async def work(s: AsyncSession) -> Registration:
-        await lock_registry(s)
-        job = await job_rows.upsert_active(s, name=job_id)
-        row = await table_rows.get_or_insert(s, name=table)
-        _check_metadata(row, format=format, location=location)
-        await table_rows.set_metadata(s, table_id=row.id, format=format, location=location)
+    async def work(conn: Connection) -> Registration:
+        return await register_in(
+            conn, job_id=job_id, table=table, role=role, format=format, location=location, principal=principal
+        )
 
-        existing = await edge_rows.role_of(s, job_id=job.id, table_id=row.id)
-        if existing == role:
-            return Registration(job_id=job_id, table=table, role=role, created=False)
-        if existing is not None:
-            loop = [table, job_id, table]
-            raise CycleError(f"job {job_id!r} cannot both read and write {table!r}", cycle=loop)
+    return await in_transaction(db, work)
 
-        if role == "sink":
-            writer = await edge_rows.writer_of(s, table_id=row.id)
-            if writer is not None and writer.id != job.id:
-                raise TableHasWriter(
-                    f"table {table!r} is already written by job {writer.name!r}",
-                    writer=writer.name,
-                    table=table,
-                )
-            path = await _path_from_table_to_job(s, start_table=row.id, target_job=job.id)
+
+async def register_in(
+    conn: Connection,
+    *,
+    job_id: str,
+    table: str,
+    role: Role,
+    format: str | None = None,
+    location: str | None = None,
+    principal: Principal = ANONYMOUS_ADMIN,
+) -> Registration:
+    """`register` inside the caller's transaction: an OpenLineage event registers all its edges in one, so that a
+    4xx for one of them leaves none registered."""
+    await lock_registry(conn)
+    job = await job_rows.upsert_active(conn, name=job_id)  # lock order: jobs, tables, then the clock
+    row = await table_rows.lock_or_insert(conn, name=table)
+    if row.name != table:
+        raise TableNameConflict(
+            f"table {table!r} differs only in case from the registered table {row.name!r}; table names are "
+            "unique regardless of case",
+            table=table,
+            registered=row.name,
+        )
+    _check_metadata(row, format=format, location=location)
+    clock = await barrier_rows.clock_share(conn)
+    existing = await edge_rows.role_of(conn, job_id=job.id, table_id=row.id)
+    if existing == role:
+        await table_rows.set_metadata(conn, table_id=row.id, format=format, location=location)
+        return Registration(job_id=job_id, table=table, role=role, created=False)
+    if existing is not None:
+        raise CycleError(f"job {job_id!r} cannot both read and write {table!r}", cycle=[table, job_id, table])
+    if role == "sink":
+        writer = await edge_rows.writer_of(conn, table_id=row.id)
+        if writer is not None and writer[0] != job.id:
+            raise TableHasWriter(
+                f"table {table!r} is already written by job {writer[1]!r}", writer=writer[1], table=table
+            )
+        await _check_may_write(conn, principal, row)
+        path = await _path_from_table_to_job(conn, start_table=row.id, target_job=job.id)
+        if path is not None:
+            raise CycleError(f"{job_id!r} writing {table!r} would close a cycle", cycle=[table, *path, table])
+        await snapshot_rows.close_open(conn, table_id=row.id, through=clock)  # a root stops following seals
+        await table_rows.mark_written(conn, table_id=row.id)
+    else:
+        sinks = (await edge_rows.tables_of_jobs(conn, job_ids=[job.id]))[job.id]["sink"]
+        for sink in sinks:
+            path = await _path_from_table_to_table(conn, start_table=sink.id, target_table=row.id)
             if path is not None:
-                loop = [table, *path, table]
-                raise CycleError(f"{job_id!r} writing {table!r} would close a cycle", cycle=loop)
-            await _close_root_range(s, table_id=row.id)
-        else:
-            sinks = await edge_rows.tables_of(s, job_id=job.id, role="sink")
-            for sink in sinks:
-                path = await _path_from_table_to_table(s, start_table=sink.id, target_table=row.id)
-                if path is not None:
-                    loop = [table, job_id, sink.name, *path]
-                    raise CycleError(f"{job_id!r} reading {table!r} would close a cycle", cycle=loop)
-
-        await edge_rows.insert_edge(s, job_id=job.id, table_id=row.id, role=role)
-        return Registration(job_id=job_id, table=table, role=role, created=True)
-
-    return await in_transaction(session, work)
+                loop = [table, job_id, sink.name, *path]
+                raise CycleError(f"{job_id!r} reading {table!r} would close a cycle", cycle=loop)
+    await table_rows.set_metadata(conn, table_id=row.id, format=format, location=location)
+    verb = "reads" if role == "source" else "writes"
+    await abort_in_flight(conn, job_id, f"lineage changed: {job_id} now {verb} {table}")
+    await edge_rows.insert_edge(conn, job_id=job.id, table_id=row.id, role=role, after=clock)
+    await job_rows.bump(conn, job_id=job.id)
+    return Registration(job_id=job_id, table=table, role=role, created=True)
 
 
-async def unregister(session: AsyncSession, *, job_id: str) -> Unregistration:
-    """Drop the job's edges and writer claims; its history stays. An in-flight barrier is aborted."""
+async def remove_edge(db: Database, *, job_id: str, table: str, role: Role) -> EdgeRemoval:
+    """The job stops reading/writing `table`. A table that loses its writer becomes an orphan (rule 2)."""
 
-    async def work(s: AsyncSession) -> Unregistration:
-        await lock_registry(s)
-        job = await job_rows.lock(s, name=job_id)
+    async def work(conn: Connection) -> EdgeRemoval:
+        await lock_registry(conn)
+        job = await job_rows.lock(conn, name=job_id)
         if job is None:
             raise NotFound(f"job {job_id!r} is not registered", job_id=job_id)
-        sinks = await edge_rows.tables_of(s, job_id=job.id, role="sink")
-        run = await run_rows.in_flight(s, job_id=job.id)
-        if run is not None:
-            from metaservice.services import barriers as barrier_service
+        row = await table_rows.get(conn, name=table)
+        if row is None:
+            raise NotFound(f"table {table!r} is not registered", table=table)
+        if await edge_rows.role_of(conn, job_id=job.id, table_id=row.id) != role:
+            return EdgeRemoval(job_id=job_id, table=table, role=role, removed=False)
+        clock = await barrier_rows.clock_share(conn)
+        verb = "reads" if role == "source" else "writes"
+        await abort_in_flight(conn, job_id, f"lineage changed: {job_id} no longer {verb} {table}")
+        await edge_rows.remove_edges(conn, job_id=job.id, table_id=row.id, role=role, after=clock)
+        await job_rows.bump(conn, job_id=job.id)
+        return EdgeRemoval(job_id=job_id, table=table, role=role, removed=True)
 
-            await barrier_service.abort_run(s, job=job, run=run, sinks=sinks, reason="job unregistered")
-        await _reopen_as_roots(s, table_ids=[t.id for t in sinks])
-        await edge_rows.delete_for_job(s, job_id=job.id)
-        await job_rows.deactivate(s, job_id=job.id)
+    return await in_transaction(db, work)
+
+
+async def unregister(db: Database, *, job_id: str) -> Unregistration:
+    """Drop the job's edges and writer claims; its history stays. An in-flight barrier is aborted."""
+
+    async def work(conn: Connection) -> Unregistration:
+        await lock_registry(conn)
+        job = await job_rows.lock(conn, name=job_id)
+        if job is None:
+            raise NotFound(f"job {job_id!r} is not registered", job_id=job_id)
+        clock = await barrier_rows.clock_share(conn)
+        await abort_in_flight(conn, job_id, "job unregistered")
+        await edge_rows.remove_edges(conn, job_id=job.id, after=clock)
+        await job_rows.deactivate(conn, job_id=job.id)
         return Unregistration(job_id=job_id)
 
-    return await in_transaction(session, work)
+    return await in_transaction(db, work)
 
 
-def _check_metadata(row: Table, *, format: str | None, location: str | None) -> None:
+async def _check_may_write(conn: Connection, principal: Principal, row: TableRow) -> None:
+    """A job token writes only inside its table namespaces, and never takes over a root that jobs outside its own
+    job patterns read (another team's input)."""
+    if principal.role == "admin":
+        return
+    if not principal.may_write_table(row.name):
+        raise Forbidden(
+            f"token {principal.name!r} may not register sinks on {row.name!r}: outside its table namespaces "
+            f"{list(principal.table_patterns)}",
+            tables=[row.name],
+        )
+    if await edge_rows.writer_of(conn, table_id=row.id) is None:
+        readers = (await edge_rows.readers_of(conn, table_ids=[row.id])).get(row.id, [])
+        foreign = sorted(r for r in readers if not principal.may_act_for(r))
+        if foreign:
+            raise Forbidden(
+                f"token {principal.name!r} may not take over {row.name!r}: it is a root read by jobs outside its "
+                f"scope ({', '.join(foreign)})",
+                tables=[row.name],
+                readers=foreign,
+            )
+
+
+def _check_metadata(row: TableRow, *, format: str | None, location: str | None) -> None:
     if format is not None and row.format is not None and row.format != format:
         raise TableMetadataConflict(
             f"table {row.name!r} is registered with format {row.format!r}, not {format!r}",
@@ -119,54 +199,25 @@ def _check_metadata(row: Table, *, format: str | None, location: str | None) -> 
         )
 
 
-async def _close_root_range(s: AsyncSession, *, table_id: int) -> None:
-    """A root table that gets a writer stops following seals: its open range ends at the newest barrier."""
-    lasts = await snapshot_rows.last(s, table_ids=[table_id])
-    last = lasts.get(table_id)
-    if last is not None and last.last_barrier is None:
-        head = await barrier_rows.lock_clock(s)  # no seal may extend the range while we close it
-        await snapshot_rows.close_open(s, table_id=table_id, through=head)
-
-
-async def _reopen_as_roots(s: AsyncSession, *, table_ids: list[int]) -> None:
-    """Tables that lose their writer become roots holding their last snapshot until a new one is reported."""
-    if not table_ids:
-        return
-    lasts = await snapshot_rows.last(s, table_ids=table_ids)
-    tables = await table_rows.by_ids(s, ids=table_ids)
-    for table_id, last in lasts.items():
-        if last.last_barrier is None:
-            continue
-        if last.snapshot_id is not None:
-            await snapshot_rows.extend(s, range_id=last.id, through=None)
-            continue
-        latest = tables[table_id].latest_snapshot_id
-        start = await barrier_rows.after(s, barrier=last.last_barrier)
-        if latest is not None and start is not None:
-            await snapshot_rows.insert_range(
-                s, table_id=table_id, first=start, last=None, snapshot_id=latest, kind="sealed", job_id=None
-            )
-
-
-async def _path_from_table_to_job(s: AsyncSession, *, start_table: int, target_job: int) -> list[str] | None:
+async def _path_from_table_to_job(conn: Connection, *, start_table: int, target_job: int) -> list[str] | None:
     """Names along a downstream path start_table → … → target_job (excluding start), or None."""
     parents: dict[int, tuple[int, str, str]] = {}  # table id -> (previous table, job name, table name)
     frontier, seen = deque([start_table]), {start_table}
     while frontier:
         level = list(frontier)
         frontier.clear()
-        for hop in await edge_rows.downstream_hops(s, table_ids=level):
+        for hop in await edge_rows.downstream_hops(conn, table_ids=level):
             if hop.to_table not in seen:
                 seen.add(hop.to_table)
                 parents[hop.to_table] = (hop.from_table, hop.job_name, hop.to_table_name)
                 frontier.append(hop.to_table)
-        for table_id, reader_id, reader_name in await edge_rows.reader_jobs(s, table_ids=level):
+        for table_id, reader_id, reader_name in await edge_rows.reader_jobs(conn, table_ids=level):
             if reader_id == target_job:  # also catches readers that write nothing yet
                 return [*_trace(parents, table_id), reader_name]
     return None
 
 
-async def _path_from_table_to_table(s: AsyncSession, *, start_table: int, target_table: int) -> list[str] | None:
+async def _path_from_table_to_table(conn: Connection, *, start_table: int, target_table: int) -> list[str] | None:
     """Names along a downstream path start_table → … → target_table (excluding start), or None."""
     if start_table == target_table:
         return []
@@ -175,7 +226,7 @@ async def _path_from_table_to_table(s: AsyncSession, *, start_table: int, target
     while frontier:
         level = list(frontier)
         frontier.clear()
-        for hop in await edge_rows.downstream_hops(s, table_ids=level):
+        for hop in await edge_rows.downstream_hops(conn, table_ids=level):
             if hop.to_table in seen:
                 continue
             seen.add(hop.to_table)

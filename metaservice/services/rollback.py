@@ -7,8 +7,9 @@ must hold a snapshot at B (else 409 `rollback_conflict`); that snapshot is what 
 plan is stored; while it is planned its restore snapshots are reported as protected by the retention endpoint.
 
 Complete (`POST /rollbacks/{id}/complete`, after the client restored storage), one transaction:
-- lock the rollback row, then the affected jobs downstream first (the order the barrier planner locks in, so
-  the two do not deadlock), then the barrier clock (no seal moves a root's ranges meanwhile);
+- lock the rollback row, then the affected jobs, the scope's tables and the barrier clock, in the lock order
+  every writer uses (jobs by id, tables by id, the clock): no seal moves a root's ranges meanwhile, and no
+  protocol step of those jobs lands (their versions are bumped, so a step planned before plans again);
 - recompute the plan under those locks. If the lineage changed (a reader registered, a job unregistered) or a
   restore snapshot differs (another rollback completed first), the plan is stale: 409 `rollback_stale`, nothing
   changes, and the caller plans again. Commits, aborts and idle steps after B since the plan are not staleness:
@@ -40,10 +41,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from metaservice.db.models import Rollback as RollbackRow
-from metaservice.db.models import Table
+from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import in_transaction
 from metaservice.errors import (
     InvalidRequest,
@@ -57,48 +55,36 @@ from metaservice.repositories import barriers as barrier_rows
 from metaservice.repositories import edges as edge_rows
 from metaservice.repositories import jobs as job_rows
 from metaservice.repositories import rollbacks as rollback_rows
-from metaservice.repositories import runs as run_rows
 from metaservice.repositories import snapshots as snapshot_rows
 from metaservice.repositories import tables as table_rows
 from metaservice.repositories.jobs import JobRow
+from metaservice.repositories.rollbacks import RollbackRow
+from metaservice.repositories.tables import TableRow
 from metaservice.schemas import RestorePoint, ResumePoint, Rollback
-from metaservice.services import barriers as barrier_service
+from metaservice.services.barriers import abort_in_flight
 
 
 @dataclass
 class _Scope:
     """The tables a rollback of `table` restores and the jobs that recompute them."""
 
-    table: Table
+    table: TableRow
     is_root: bool
     tables: dict[int, str] = field(default_factory=dict)
     jobs: dict[int, str] = field(default_factory=dict)
-    inputs: dict[int, set[int]] = field(default_factory=dict)  # job id → tables of the scope it reads
-    writers: dict[int, int] = field(default_factory=dict)  # table id → job id writing it
-
-    def lock_order(self) -> list[str]:
-        """Job names, downstream first (longest path from the rolled-back table), ties by name."""
-        depth: dict[int, int] = {}
-
-        def depth_of(job_id: int) -> int:
-            if job_id not in depth:
-                ups = [self.writers[t] for t in self.inputs.get(job_id, ()) if t in self.writers]
-                depth[job_id] = 1 + max((depth_of(j) for j in ups if j != job_id), default=-1)
-            return depth[job_id]
-
-        return [self.jobs[j] for j in sorted(self.jobs, key=lambda j: (-depth_of(j), self.jobs[j]))]
 
 
-async def plan_rollback(session: AsyncSession, *, table: str, barrier: int) -> Rollback:
+async def plan_rollback(db: Database, *, table: str, barrier: int) -> Rollback:
     """Plan restoring `table` and everything downstream of it to their snapshots at `barrier`."""
 
-    async def work(s: AsyncSession) -> Rollback:
+    async def work(s: Connection) -> Rollback:
         row = await table_rows.get(s, name=table)
         if row is None:
             raise NotFound(f"table {table!r} is not registered", table=table)
         if await barrier_rows.get(s, barrier=barrier) is None:
             raise NotFound(f"barrier {barrier} was never issued", barrier=barrier)
         scope = await _scope(s, row)
+        await _check_lineage_since(s, scope, barrier)
         restore = await _restore_points(s, scope, barrier)
         missing = sorted(name for name, snapshot in restore.items() if snapshot is None)
         if missing:
@@ -111,27 +97,26 @@ async def plan_rollback(session: AsyncSession, *, table: str, barrier: int) -> R
         plan = {
             "table": row.name,
             **_wire_plan(scope, restore, barrier),
-            "lock_order": scope.lock_order(),
         }
         created = await rollback_rows.insert(
             s, rollback_id=str(uuid.uuid4()), table_id=row.id, barrier=barrier, plan=plan
         )
         return _rollback(created)
 
-    return await in_transaction(session, work, isolation="REPEATABLE READ")
+    return await in_transaction(db, work, isolation="REPEATABLE READ")
 
 
-async def get_rollback(session: AsyncSession, *, rollback_id: str) -> Rollback:
-    async def work(s: AsyncSession) -> Rollback:
+async def get_rollback(db: Database, *, rollback_id: str) -> Rollback:
+    async def work(s: Connection) -> Rollback:
         return _rollback(_existing(await rollback_rows.get(s, rollback_id=rollback_id), rollback_id))
 
-    return await in_transaction(session, work, read_only=True)
+    return await in_transaction(db, work, read_only=True)
 
 
-async def cancel_rollback(session: AsyncSession, *, rollback_id: str) -> Rollback:
+async def cancel_rollback(db: Database, *, rollback_id: str) -> Rollback:
     """Drop a planned rollback (its restore snapshots stop being protected). Idempotent."""
 
-    async def work(s: AsyncSession) -> Rollback:
+    async def work(s: Connection) -> Rollback:
         row = _existing(await rollback_rows.lock(s, rollback_id=rollback_id), rollback_id)
         if row.status == "completed":
             raise RollbackNotPlanned(
@@ -141,13 +126,13 @@ async def cancel_rollback(session: AsyncSession, *, rollback_id: str) -> Rollbac
             row = await rollback_rows.finish(s, rollback_id=rollback_id, status="cancelled")
         return _rollback(row)
 
-    return await in_transaction(session, work)
+    return await in_transaction(db, work)
 
 
-async def complete_rollback(session: AsyncSession, *, rollback_id: str, root_snapshots: Mapping[str, int]) -> Rollback:
+async def complete_rollback(db: Database, *, rollback_id: str, root_snapshots: Mapping[str, int]) -> Rollback:
     """Forget everything after the barrier for the planned tables and rewind their jobs. Idempotent."""
 
-    async def work(s: AsyncSession) -> Rollback:
+    async def work(s: Connection) -> Rollback:
         row = _existing(await rollback_rows.lock(s, rollback_id=rollback_id), rollback_id)
         if row.status == "completed":
             return _rollback(row)
@@ -157,14 +142,14 @@ async def complete_rollback(session: AsyncSession, *, rollback_id: str, root_sna
                 rollback_id=rollback_id,
                 rollback_status=row.status,
             )
-        locked: dict[str, JobRow] = {}
-        for name in row.plan["lock_order"]:
-            job = await job_rows.lock(s, name=name)
-            if job is not None:
-                locked[name] = job
-        await barrier_rows.lock_clock(s)
+        # lock order: jobs (by id), tables (by id), then the clock, as the protocol's write and the allocator do
+        locked = {job.name: job for job in await job_rows.lock_many(s, names=list(row.plan["jobs"]))}
         table = (await table_rows.by_ids(s, ids=[row.table_id]))[row.table_id]
+        planned = await table_rows.get_many(s, names=list(row.plan["tables"]))
+        await rollback_rows.lock_tables(s, table_ids=sorted({row.table_id, *(t.id for t in planned.values())}))
+        await barrier_rows.lock_clock(s)
         scope = await _scope(s, table)
+        await _check_lineage_since(s, scope, row.barrier)
         restore = await _restore_points(s, scope, row.barrier)
         _check_fresh(row, _wire_plan(scope, restore, row.barrier))
         _check_root_snapshots(scope, row, root_snapshots)
@@ -173,7 +158,7 @@ async def complete_rollback(session: AsyncSession, *, rollback_id: str, root_sna
             await rollback_rows.finish(s, rollback_id=rollback_id, status="completed", forgotten=forgotten)
         )
 
-    return await in_transaction(session, work)
+    return await in_transaction(db, work)
 
 
 # --- internals -------------------------------------------------------------------------------------------------
@@ -185,32 +170,46 @@ def _existing(row: RollbackRow | None, rollback_id: str) -> RollbackRow:
     return row
 
 
-async def _scope(s: AsyncSession, table: Table) -> _Scope:
+async def _scope(s: Connection, table: TableRow) -> _Scope:
     """Walk the current lineage downstream of `table`, breadth first, one query pair per level."""
     writer = await edge_rows.writer_of(s, table_id=table.id)
     scope = _Scope(table=table, is_root=writer is None, tables={table.id: table.name})
     frontier = {table.id}
     if writer is not None:
-        scope.jobs[writer.id] = writer.name
-        for sink in await edge_rows.tables_of(s, job_id=writer.id, role="sink"):
-            scope.writers[sink.id] = writer.id
+        writer_id, writer_name = writer
+        scope.jobs[writer_id] = writer_name
+        for sink in (await edge_rows.tables_of_jobs(s, job_ids=[writer_id]))[writer_id]["sink"]:
             scope.tables[sink.id] = sink.name
             frontier.add(sink.id)
     while frontier:
         level = sorted(frontier)
         frontier = set()
-        for table_id, job_id, job_name in await edge_rows.reader_jobs(s, table_ids=level):
+        for _table_id, job_id, job_name in await edge_rows.reader_jobs(s, table_ids=level):
             scope.jobs[job_id] = job_name
-            scope.inputs.setdefault(job_id, set()).add(table_id)
         for hop in await edge_rows.downstream_hops(s, table_ids=level):
-            scope.writers[hop.to_table] = hop.job_id
             if hop.to_table not in scope.tables:
                 scope.tables[hop.to_table] = hop.to_table_name
                 frontier.add(hop.to_table)
     return scope
 
 
-async def _restore_points(s: AsyncSession, scope: _Scope, barrier: int) -> dict[str, int | None]:
+async def _check_lineage_since(s: Connection, scope: _Scope, barrier: int) -> None:
+    """A table that depended on the scope at a barrier after B, and no longer does, holds data built from what
+    the rollback forgets, where no job of the scope will recompute it: refuse (choose a barrier after the lineage
+    change, or roll that table back too)."""
+    since = await edge_rows.downstream_since(s, table_ids=sorted(scope.tables), barrier=barrier)
+    outside = sorted(name for table_id, name in since.items() if table_id not in scope.tables)
+    if outside:
+        raise RollbackConflict(
+            f"the lineage downstream of {scope.table.name!r} changed after barrier {barrier}: "
+            f"{', '.join(outside)} read data of the rolled-back tables then, and would keep it; roll back to a "
+            "barrier after the change, or roll those tables back too",
+            tables=outside,
+            barrier=barrier,
+        )
+
+
+async def _restore_points(s: Connection, scope: _Scope, barrier: int) -> dict[str, int | None]:
     """Each table's snapshot at `barrier` (None: it has none there)."""
     covering = await snapshot_rows.covering(s, table_ids=sorted(scope.tables), barrier=barrier)
     points: dict[str, int | None] = {}
@@ -266,17 +265,11 @@ def _check_root_snapshots(scope: _Scope, row: RollbackRow, root_snapshots: Mappi
 
 
 async def _forget_after(
-    s: AsyncSession, row: RollbackRow, scope: _Scope, locked: Mapping[str, JobRow], root_snapshots: Mapping[str, int]
+    s: Connection, row: RollbackRow, scope: _Scope, locked: Mapping[str, JobRow], root_snapshots: Mapping[str, int]
 ) -> dict[str, Any]:
     barrier, table_ids, job_ids = row.barrier, sorted(scope.tables), sorted(scope.jobs)
-    for name in row.plan["lock_order"]:
-        job = locked.get(name)
-        run = await run_rows.in_flight(s, job_id=job.id) if job is not None else None
-        if job is not None and run is not None and run.barrier > barrier:
-            sinks = await edge_rows.tables_of(s, job_id=job.id, role="sink")
-            await barrier_service.abort_run(
-                s, job=job, run=run, sinks=sinks, reason=f"rolled back to barrier {barrier} by rollback {row.id}"
-            )
+    for name in sorted(locked):
+        await abort_in_flight(s, name, f"rolled back to barrier {barrier} by rollback {row.id}", after=barrier)
     ranges = await rollback_rows.delete_ranges_after(s, table_ids=table_ids, barrier=barrier)
     cut_ranges = await rollback_rows.cut_ranges_at(s, table_ids=table_ids, barrier=barrier)
     runs = await rollback_rows.delete_runs_after(s, job_ids=job_ids, barrier=barrier)
@@ -290,9 +283,16 @@ async def _forget_after(
     return {"snapshot_ranges": ranges, "cut_ranges": cut_ranges, "job_runs": runs, "cut_runs": cut_runs}
 
 
-async def _hold_restored(s: AsyncSession, *, table_id: int, barrier: int) -> None:
-    """The root holds its restore snapshot at every barrier after B: one open `restored` range, or B's reopened."""
+async def _hold_restored(s: Connection, *, table_id: int, barrier: int) -> None:
+    """The root holds its restore snapshot at every barrier after B: one open `restored` range, or B's reopened.
+
+    Unless that snapshot is a job's output (the table had a writer at B, which left since): holding it after B
+    would pair it with newer snapshots of the inputs it was built from (rule 2, orphans). The table then holds
+    it at B only and settles nothing after, until a writer or an external report takes over."""
     covering = (await snapshot_rows.covering(s, table_ids=[table_id], barrier=barrier))[table_id]
+    if covering.job_id is not None:
+        await table_rows.mark_written(s, table_id=table_id)
+        return
     following = await barrier_rows.after(s, barrier=barrier)
     if following is None:
         await snapshot_rows.extend(s, range_id=covering.id, through=None)

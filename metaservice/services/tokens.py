@@ -7,14 +7,13 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Literal
+from typing import Literal, cast
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
-from metaservice.db.models import ApiToken
-from metaservice.db.transaction import in_transaction
-from metaservice.errors import InvalidRequest, NotFound, TableMetadataConflict
+from metaservice.db.database import Connection, Database
+from metaservice.db.transaction import in_autocommit, in_transaction
+from metaservice.errors import InvalidRequest, NameTaken, NotFound
 from metaservice.repositories import tokens as token_rows
+from metaservice.repositories.tokens import TokenRow
 
 Role = Literal["admin", "job", "reader"]
 TOKEN_PREFIX = "ms_"
@@ -22,14 +21,22 @@ TOKEN_PREFIX = "ms_"
 
 @dataclass(frozen=True)
 class Principal:
-    """Who is calling: a token's name, role and (for jobs) the job ids it may act for."""
+    """Who is calling: a token's name, role and, for jobs, the job ids it may act for and the table namespaces
+    (globs on catalog.database.table) it may write."""
 
     name: str
     role: Role
     job_patterns: tuple[str, ...] = ()
+    table_patterns: tuple[str, ...] = ()
 
     def may_act_for(self, job_id: str) -> bool:
         return self.role == "admin" or (self.role == "job" and any(fnmatchcase(job_id, p) for p in self.job_patterns))
+
+    def may_write_table(self, table: str) -> bool:
+        folded = table.lower()
+        return self.role == "admin" or (
+            self.role == "job" and any(fnmatchcase(folded, p.lower()) for p in self.table_patterns)
+        )
 
 
 ANONYMOUS_ADMIN = Principal(name="anonymous", role="admin")
@@ -39,43 +46,66 @@ def digest(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-async def authenticate(session: AsyncSession, *, token: str) -> Principal | None:
+def _principal(row: TokenRow) -> Principal:
+    return Principal(
+        name=row.name,
+        role=cast(Role, row.role),
+        job_patterns=tuple(row.job_patterns),
+        table_patterns=tuple(row.table_patterns),
+    )
+
+
+async def authenticate(db: Database, *, token: str) -> Principal | None:
     """The principal of a presented bearer token, or None when it is unknown or revoked."""
+    row = await in_autocommit(db, lambda unit: token_rows.find_active(unit.conn, token_sha256=digest(token)))
+    return None if row is None else _principal(row)
 
-    async def work(s: AsyncSession) -> Principal | None:
-        row = await token_rows.find_active(s, token_sha256=digest(token))
-        if row is None:
-            return None
-        return Principal(name=row.name, role=row.role, job_patterns=tuple(row.job_patterns))  # type: ignore[arg-type]
 
-    return await in_transaction(session, work, read_only=True)
+def check_patterns(role: str, job_patterns: Sequence[str], table_patterns: Sequence[str]) -> None:
+    """A job token names the jobs it acts for and the tables it may write; other roles name none."""
+    if role not in ("admin", "job", "reader"):
+        raise InvalidRequest(f"role must be admin, job or reader, not {role!r}")
+    if role == "job" and not job_patterns:
+        raise InvalidRequest("a job token needs at least one --job pattern (e.g. 'enrich' or 'team-a.*')")
+    if role != "job" and (job_patterns or table_patterns):
+        raise InvalidRequest("--job and --tables patterns apply to job tokens only")
+    empty = [p for p in (*job_patterns, *table_patterns) if not p.strip()]
+    if empty:
+        raise InvalidRequest("an empty pattern matches nothing; give a job id or table name glob")
 
 
 async def create_token(
-    session: AsyncSession, *, name: str, role: Role, job_patterns: Sequence[str]
-) -> tuple[str, ApiToken]:
+    db: Database, *, name: str, role: Role, job_patterns: Sequence[str], table_patterns: Sequence[str] = ()
+) -> tuple[str, TokenRow]:
     """Create a token; returns the secret (shown once, only its hash is stored) and the stored row."""
-    if role == "job" and not job_patterns:
-        raise InvalidRequest("a job token needs at least one --job pattern (e.g. 'enrich' or 'team-a.*')")
-    if role != "job" and job_patterns:
-        raise InvalidRequest("job patterns apply to job tokens only")
+    check_patterns(role, job_patterns, table_patterns)
     secret = TOKEN_PREFIX + secrets.token_urlsafe(32)
 
-    async def work(s: AsyncSession) -> ApiToken:
-        if any(t.name == name for t in await token_rows.list_all(s)):
-            raise TableMetadataConflict(f"a token named {name!r} exists already", name=name)
-        return await token_rows.insert(s, name=name, token_sha256=digest(secret), role=role, job_patterns=job_patterns)
+    async def work(conn: Connection) -> TokenRow:
+        row = await token_rows.insert(
+            conn,
+            name=name,
+            token_sha256=digest(secret),
+            role=role,
+            job_patterns=job_patterns,
+            table_patterns=table_patterns,
+        )
+        if row is None:
+            existing = await token_rows.get(conn, name=name)
+            state = "a revoked token" if existing is not None and existing.revoked_at else "a token"
+            raise NameTaken(f"{state} named {name!r} exists already; choose another name", name=name)
+        return row
 
-    return secret, await in_transaction(session, work)
+    return secret, await in_transaction(db, work)
 
 
-async def list_tokens(session: AsyncSession) -> list[ApiToken]:
-    return await in_transaction(session, token_rows.list_all, read_only=True)
+async def list_tokens(db: Database) -> list[TokenRow]:
+    return await in_autocommit(db, lambda unit: token_rows.list_all(unit.conn))
 
 
-async def revoke_token(session: AsyncSession, *, name: str) -> None:
-    async def work(s: AsyncSession) -> None:
-        if not await token_rows.revoke(s, name=name):
+async def revoke_token(db: Database, *, name: str) -> None:
+    async def work(conn: Connection) -> None:
+        if await token_rows.revoke(conn, name=name) is None:
             raise NotFound(f"no active token named {name!r}", name=name)
 
-    await in_transaction(session, work)
+    await in_transaction(db, work)

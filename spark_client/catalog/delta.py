@@ -24,27 +24,59 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import unquote, urlparse
 
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
+from deltalake import Field as DeltaField
 from deltalake import Schema as DeltaSchema
 from deltalake.exceptions import TableNotFoundError
 from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
 
 from spark_client import _failpoints
+from spark_client.catalog._writes import (
+    BARRIER_KEY,
+    JOB_KEY,
+    RESERVED_KEYS,
+    RESTORES_KEY,
+    SCHEMA_KEY,
+    WRITE_KEY,
+    _int_or_none,
+)
+from spark_client.catalog.base import CommitKind, CommitRecord, NotAppendOnly, SchemaMismatch, UnsupportedTable
+from spark_client.modes import Append, Merge, ModeName, Overwrite, OverwritePartitions, ReplaceWhere, WriteMode, as_mode
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructField, StructType
 
     from spark_client._http import MetaServiceClient
+    from spark_client.modes import ModeName, WriteMode
 
 logger = logging.getLogger("spark_client.catalog")
 
-BARRIER_KEY, JOB_KEY, WRITE_KEY = "metaservice.barrier", "metaservice.job_id", "metaservice.write_id"
-_RESERVED_KEYS = frozenset({BARRIER_KEY, JOB_KEY, WRITE_KEY})
+_RESERVED_KEYS = RESERVED_KEYS
+# Delta operations that never change which rows the table holds (compaction, maintenance, properties).
+_ROW_NEUTRAL_OPERATIONS = frozenset(
+    {
+        "OPTIMIZE",
+        "VACUUM START",
+        "VACUUM END",
+        "SET TBLPROPERTIES",
+        "UNSET TBLPROPERTIES",
+        "ADD CONSTRAINT",
+        "DROP CONSTRAINT",
+        "UPGRADE PROTOCOL",
+        "ADD FEATURE",
+        "CHANGE COLUMN",
+        "UPDATE SCHEMA",
+        "ADD COLUMN",
+        "ADD COLUMNS",
+    }
+)
 _PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}")
 _DATA_DIR = "data"  # each write gets <table>/data/<write id>/; the log holds paths relative to the table
+_FILE_COLUMN = "__metaservice_source_file"  # which file a row of the target came from
 _NO_SUCCESS_MARKER = "mapreduce.fileoutputcommitter.marksuccessfuljobs"
 _STRING_STATS_CHARS = 32  # like Delta Spark: longer values only get a (truncated, still valid) minimum
 _UNREADABLE_FEATURES = frozenset({"deletionVectors", "columnMapping"})  # a file list alone would be wrong
@@ -52,27 +84,6 @@ _UNSTORABLE_TYPES = frozenset(  # Spark type names the Delta protocol (or delta-
     {"void", "interval", "daytimeinterval", "yearmonthinterval", "time", "variant", "geometry", "geography"}
     | {"char", "varchar"}
 )
-
-
-class SchemaMismatch(ValueError):
-    """A write whose columns or types differ from the table's schema; nothing was committed.
-
-    Attributes:
-        table: the table written to.
-        columns: one entry per differing column: `"<name>: table <type>, data <type>"`.
-    """
-
-    def __init__(self, table: str, columns: Sequence[str]) -> None:
-        super().__init__(f"the data does not match the schema of {table!r}: {'; '.join(columns)}")
-        self.table, self.columns = table, tuple(columns)
-
-
-class NotAppendOnly(ValueError):
-    """An incremental read across versions that removed files (an overwrite or a restore)."""
-
-
-class UnsupportedTable(ValueError):
-    """A table a plain file list cannot express: deletion vectors, column mapping or partition columns."""
 
 
 @dataclass(frozen=True)
@@ -193,74 +204,129 @@ class DeltaCatalog:
         df: DataFrame,
         table: str,
         *,
-        mode: Literal["append", "overwrite"],
+        mode: WriteMode | ModeName,
         app_id: str | None = None,
         barrier: int | None = None,
         metadata: Mapping[str, str] | None = None,
     ) -> int:
-        """Write `df` with Spark's parquet writer into the table directory, then commit the files to the log.
+        """Apply `df` to `table` with `mode`: Spark writes parquet files into the table directory, then the
+        driver commits them to the log in one commit (with the files the mode replaces as remove actions).
 
-        The data is written once, by the executors; the driver only reads the new files' parquet footers
-        (sizes, row counts, min/max statistics) and commits. A tagged write is idempotent: when the log
-        already holds this job's commit for `barrier` (and no restore came after it), that version is
-        returned and nothing is written, like Delta Spark's `txnAppId`/`txnVersion` options.
+        The data is written once, by the executors. `ReplaceWhere`, `OverwritePartitions` and `Merge` are Spark
+        jobs too: the table is read at its newest version, the files holding rows to replace are found (only
+        their names reach the driver), and the rows of those files that stay are written again together with
+        the new rows; the commit removes the old files and adds the new ones. A tagged write is idempotent:
+        when the log already holds this job's commit for `barrier` (and no restore came after it), that
+        version is returned and nothing is written, like Delta Spark's `txnAppId`/`txnVersion` options.
+
+        Modes and schema policies are described in `spark_client.modes` and `Catalog.write`. With
+        `schema="merge"` and new columns, a mode other than `Overwrite` first commits the new columns (one
+        schema-only version tagged `metaservice.schema_for_barrier`), then the data.
 
         Args:
             spark: the session (the DataFrame carries its own; kept for catalogs that need one).
             df: the rows to write.
             table: `catalog.database.table`; created by the first write.
-            mode: "append" adds the rows; "overwrite" logically removes every previous file.
+            mode: a `spark_client.modes` object, or "append" / "overwrite".
             app_id: the job id, stored as the commit's app transaction id.
             barrier: the barrier, stored as the app transaction version; given together with `app_id`.
-            metadata: more commit metadata (keys `metaservice.barrier`, `.job_id`, `.write_id` are reserved).
+            metadata: more commit metadata (keys `metaservice.barrier`, `.job_id`, `.write_id`, ... are reserved).
 
         Returns:
             The Delta version holding the data.
 
         Raises:
-            SchemaMismatch: the DataFrame's schema differs from the table's; nothing is written.
-            ValueError: bad arguments, or a column type Delta cannot store.
+            SchemaMismatch: the DataFrame's schema differs from the table's as the policy forbids; nothing is
+                written.
+            ValueError: bad arguments, a column type Delta cannot store, rows outside a `ReplaceWhere`
+                predicate, duplicate `Merge` keys, or key/partition/delete columns the data lacks.
 
         Example:
-            version = catalog.write(spark, df, "lake.mart.orders_enriched", mode="append",
+            version = catalog.write(spark, df, "lake.mart.orders_enriched", mode=Merge(keys=("order_id",)),
                                     app_id="enrich", barrier=1042)
         """
         del spark
-        if mode not in ("append", "overwrite"):
-            raise ValueError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+        write_mode = as_mode(mode, sink=table)
         if (app_id is None) != (barrier is None):
             raise ValueError("app_id and barrier tag a commit together: give both or neither")
         if reserved := sorted(_RESERVED_KEYS & set(metadata or {})):
             raise ValueError(f"commit metadata keys {reserved} are set by the catalog")
         location = self.location(table)
-        schema = _table_schema(table, df.schema)
         delta = self._open(table)
-        if delta is not None:
-            _check_schema(table, delta, schema)
-            if app_id is not None and barrier is not None:
-                done = _tagged_version(location, delta, app_id=app_id, barrier=barrier)
-                if done is not None:
-                    logger.info("%s holds %s's barrier %d already: version %d", table, app_id, barrier, done)
-                    return done
+        if delta is not None and app_id is not None and barrier is not None:
+            done = _tagged_version(location, delta, app_id=app_id, barrier=barrier)
+            if done is not None:
+                logger.info("%s holds %s's barrier %d already: version %d", table, app_id, barrier, done)
+                return done
 
+        plan = _plan_write(table, delta, df, write_mode)
         write_id = uuid.uuid4().hex
+        custom: dict[str, Any] = {**(metadata or {}), WRITE_KEY: write_id}
+        if plan.new_columns and delta is not None and not isinstance(write_mode, Overwrite):
+            schema_tags = {SCHEMA_KEY: str(barrier), JOB_KEY: app_id} if app_id is not None else {}
+            delta.alter.add_columns(
+                [DeltaField.from_json(f.json()) for f in plan.new_columns],
+                commit_properties=CommitProperties(custom_metadata={**(metadata or {}), **schema_tags}),
+            )
+            delta = DeltaTable(location)
+            logger.info("%s: added columns %s", table, [f.name for f in plan.new_columns])
+
         relative = f"{_DATA_DIR}/{write_id}"
         staging = os.path.join(location, relative)
-        df.write.mode("errorifexists").option(_NO_SUCCESS_MARKER, "false").parquet(staging)
+        plan.frame.write.mode("errorifexists").option(_NO_SUCCESS_MARKER, "false").parquet(staging)
         _failpoints.hit("after_files_written")
 
-        actions = _add_actions(staging, relative, schema)
-        custom: dict[str, Any] = {**(metadata or {}), WRITE_KEY: write_id}
+        actions = _add_actions(staging, relative, plan.schema)
         transactions = None
         if app_id is not None and barrier is not None:
             custom.update({BARRIER_KEY: str(barrier), JOB_KEY: app_id})
             transactions = [Transaction(app_id, barrier, int(time.time() * 1000))]
         properties = CommitProperties(custom_metadata=custom, app_transactions=transactions)
-        version = self._commit(table, delta, schema, actions, mode, properties, write_id)
-        logger.debug("%s: %s of %d file(s) (write %s) is version %d", table, mode, len(actions), write_id, version)
+        commit_mode: Literal["append", "overwrite"] = "overwrite" if isinstance(write_mode, Overwrite) else "append"
+        version = self._commit(table, delta, plan, actions, commit_mode, properties, write_id)
+        logger.debug(
+            "%s: %s of %d file(s), %d removed (write %s) is version %d",
+            table,
+            type(write_mode).__name__,
+            len(actions),
+            len(plan.removed),
+            write_id,
+            version,
+        )
         if app_id is not None:
             _failpoints.hit("after_delta_commit")
         return version
+
+    def commits_after(self, table: str, snapshot_id: int | None) -> list[CommitRecord]:
+        """The commits of `table` after version `snapshot_id` (all when None), newest first, with their tags.
+
+        Read from the commit files themselves. A Delta `RESTORE` (a rollback, or a job undoing an aborted
+        attempt) is reported with the version it brought back; an undo to "no rows" with None.
+
+        Raises:
+            ValueError: the table's newest version is older than `snapshot_id`, or the table is gone although
+                `snapshot_id` is given (storage lost commits MetaService knows of).
+
+        Example:
+            for commit in catalog.commits_after("lake.mart.orders_enriched", 4):
+                print(commit.snapshot_id, commit.kind, commit.job_id, commit.barrier)
+        """
+        delta = self._open(table)
+        newest = None if delta is None else delta.version()
+        if snapshot_id is not None and (newest is None or newest < snapshot_id):
+            raise ValueError(
+                f"{table!r} is at version {newest} in storage, older than version {snapshot_id} that MetaService "
+                "holds for it: the table was replaced or lost commits; restore it or roll the pipeline back"
+            )
+        if newest is None:
+            return []
+        records = []
+        for version in range(newest, -1 if snapshot_id is None else snapshot_id, -1):
+            info = _commit_info(self.location(table), version)
+            if info is None:
+                break  # older commits were cleaned from the log
+            records.append(_record(info))
+        return records
 
     def committed_snapshot(self, table: str, *, app_id: str, barrier: int) -> int | None:
         """The version `app_id` committed for `barrier` earlier, e.g. before a crash kept it from reporting.
@@ -319,7 +385,10 @@ class DeltaCatalog:
         if gone := len(before.difference(files)):
             raise NotAppendOnly(
                 f"{table!r} is not append-only between versions {after_snapshot_id} and {snapshot_id}: "
-                f"{gone} file(s) were removed (overwritten or restored); read it whole with read_at"
+                f"{gone} file(s) were removed (overwritten, merged or restored); read it whole with read_at",
+                table=table,
+                after_snapshot_id=after_snapshot_id,
+                snapshot_id=snapshot_id,
             )
         return _frame(spark, _spark_schema(now), [f for f in files if f not in before])
 
@@ -339,8 +408,11 @@ class DeltaCatalog:
         infos = _newest_first(self.location(table), delta.version())
         return [DeltaCommit.from_info(i) for i in itertools.islice(infos, limit)]
 
-    def restore(self, table: str, snapshot_id: int, *, metadata: Mapping[str, str] | None = None) -> int:
-        """Make `table` hold the data of version `snapshot_id` again, as a new version; returns that version.
+    def restore(self, table: str, snapshot_id: int | None, *, metadata: Mapping[str, str] | None = None) -> int:
+        """Make `table` hold the data (and schema) of version `snapshot_id` again, as a new version; returns it.
+
+        `snapshot_id=None` empties the table (a commit removing every file, tagged `metaservice.restores =
+        "none"`): the state before a job's first commit, when an aborted attempt created the table.
 
         Example:
             catalog.restore("lake.mart.orders_enriched", 4)
@@ -349,7 +421,13 @@ class DeltaCatalog:
         delta = DeltaTable(location)
         read_version = delta.version()
         custom = {**(metadata or {}), WRITE_KEY: write_id}
-        delta.restore(snapshot_id, commit_properties=CommitProperties(custom_metadata=custom))
+        if snapshot_id is None:
+            custom[RESTORES_KEY] = "none"
+            delta.create_write_transaction(
+                [], "overwrite", delta.schema(), commit_properties=CommitProperties(custom_metadata=custom)
+            )
+        else:
+            delta.restore(snapshot_id, commit_properties=CommitProperties(custom_metadata=custom))
         return _own_version(location, read_version=read_version, write_id=write_id)
 
     def vacuum(
@@ -412,13 +490,13 @@ class DeltaCatalog:
         self,
         table: str,
         delta: DeltaTable | None,
-        schema: StructType,
+        plan: _WritePlan,
         actions: list[AddAction],
         mode: Literal["append", "overwrite"],
         properties: CommitProperties,
         write_id: str,
     ) -> int:
-        """One Delta commit of `actions`, creating the table with them if need be; returns its version."""
+        """One Delta commit of `actions` (and the plan's removes), creating the table if need be; its version."""
         location = self.location(table)
         if delta is None:
             with _creation_lock(location):
@@ -426,16 +504,19 @@ class DeltaCatalog:
                 if delta is None:
                     create_table_with_add_actions(
                         location,
-                        DeltaSchema.from_json(schema.json()),
+                        DeltaSchema.from_json(plan.schema.json()),
                         actions,
                         mode="error",
                         commit_properties=properties,
                     )
                     return _own_version(location, read_version=-1, write_id=write_id)
-            _check_schema(table, delta, schema)  # another writer created it meanwhile: commit on top
+            _check_schema(table, delta, plan.schema)  # another writer created it meanwhile: commit on top
         read_version = delta.version()
+        now = int(time.time() * 1000)
+        removes = [RemoveAction(path, True, now, size, {}) for path, size in plan.removed]
+        schema = DeltaSchema.from_json(plan.schema.json()) if mode == "overwrite" else delta.schema()
         delta.create_write_transaction(
-            list[AddAction | RemoveAction](actions), mode, delta.schema(), commit_properties=properties
+            list[AddAction | RemoveAction]([*actions, *removes]), mode, schema, commit_properties=properties
         )
         return _own_version(location, read_version=read_version, write_id=write_id)
 
@@ -475,6 +556,187 @@ def _tagged_version(location: str, delta: DeltaTable, *, app_id: str, barrier: i
         if info.get(BARRIER_KEY) == str(barrier) and info.get(JOB_KEY) == app_id:
             return int(info["version"])
     return None
+
+
+def _record(info: Mapping[str, Any]) -> CommitRecord:
+    """A commit info as the job logic sees it (see `CommitRecord`)."""
+    version, operation = int(info["version"]), str(info.get("operation", ""))
+    job = info.get(JOB_KEY) if isinstance(info.get(JOB_KEY), str) else None
+    if info.get(RESTORES_KEY) == "none":
+        return CommitRecord(version, "restore", job_id=job, restored_snapshot_id=None)
+    if operation == "RESTORE":
+        target = (info.get("operationParameters") or {}).get("version")
+        if isinstance(target, int | str) and str(target).isdigit():
+            return CommitRecord(version, "restore", job_id=job, restored_snapshot_id=int(target))
+        return CommitRecord(version, "write", job_id=job)  # restored by timestamp: which data is unknown
+    if SCHEMA_KEY in info:
+        return CommitRecord(version, "schema", job_id=job, barrier=_int_or_none(info.get(SCHEMA_KEY)))
+    kind: CommitKind = "other" if operation in _ROW_NEUTRAL_OPERATIONS else "write"
+    return CommitRecord(version, kind, job_id=job, barrier=_int_or_none(info.get(BARRIER_KEY)))
+
+
+@dataclass(frozen=True)
+class _WritePlan:
+    """What one write commits: the rows Spark writes, the table's schema after the commit, the columns a
+    `schema="merge"` write adds, and the files (log path, size) the commit removes."""
+
+    frame: DataFrame
+    schema: StructType
+    new_columns: list[StructField]
+    removed: list[tuple[str, int | None]]
+
+
+def _plan_write(table: str, delta: DeltaTable | None, df: DataFrame, mode: WriteMode) -> _WritePlan:
+    """Check `df` against the table and the mode, and build the Spark plan of the rows to write.
+
+    Nothing here runs on the driver but the checks (one `limit(1)` job each) and the collection of the names of
+    the files holding rows to replace.
+    """
+    from pyspark.sql import functions as F
+
+    _check_columns(table, df, mode)
+    data = df.drop(mode.delete_column) if isinstance(mode, Merge) and mode.delete_column else df
+    stored = _table_schema(table, data.schema)
+    new_columns: list[StructField] = []
+    if delta is None:
+        schema = stored
+    else:
+        schema, new_columns = _evolve(table, _spark_schema(delta), stored, mode.schema)
+    rows = _align(data, schema)
+
+    if isinstance(mode, ReplaceWhere):
+        replaced = F.coalesce(F.expr(mode.predicate), F.lit(False))
+        if rows.filter(~replaced).limit(1).count():
+            raise ValueError(
+                f"ReplaceWhere on {table!r}: the data holds rows for which {mode.predicate!r} is not true; every "
+                "row written must match the predicate (nothing was written)"
+            )
+    if isinstance(mode, Merge):
+        duplicate = df.groupBy(*mode.keys).count().filter(F.col("count") > 1).limit(1).collect()
+        if duplicate:
+            key = {k: duplicate[0][k] for k in mode.keys}
+            raise ValueError(
+                f"Merge into {table!r}: the data holds more than one row for key {key}; each key may occur once "
+                "(deduplicate before returning it, nothing was written)"
+            )
+        if mode.delete_column:
+            deleted = F.coalesce(F.col(f"`{mode.delete_column}`"), F.lit(False))
+            rows = _align(df.filter(~deleted).drop(mode.delete_column), schema)
+
+    if delta is None or isinstance(mode, Append | Overwrite):
+        return _WritePlan(rows, schema, new_columns, [])
+
+    live = _live_files(delta)
+    if not live:
+        return _WritePlan(rows, schema, new_columns, [])
+    spark = df.sparkSession
+    target = spark.read.schema(schema).parquet(*live).withColumn(_FILE_COLUMN, F.col("_metadata.file_path"))
+
+    def touched_files(hits: DataFrame) -> list[str]:
+        names = hits.select(_FILE_COLUMN).distinct().collect()
+        return sorted({_local_path(r[0]) for r in names})
+
+    if isinstance(mode, ReplaceWhere):
+        files = touched_files(target.filter(replaced))
+        kept = spark.read.schema(schema).parquet(*files).filter(~replaced) if files else None
+    elif isinstance(mode, OverwritePartitions):
+        keys = rows.select(*[F.col(f"`{c}`") for c in mode.columns]).distinct()
+        on = _null_safe_match(target, keys, mode.columns)
+        files = touched_files(target.join(keys, on, "left_semi"))
+        if files:
+            old = spark.read.schema(schema).parquet(*files)
+            kept = old.join(keys, _null_safe_match(old, keys, mode.columns), "left_anti")
+        else:
+            kept = None
+    else:  # Merge: SQL equality on the keys, as Delta MERGE (NULL keys never match)
+        keys = df.select(*[F.col(f"`{k}`") for k in mode.keys]).distinct()
+        files = touched_files(target.join(keys, list(mode.keys), "left_semi"))
+        kept = spark.read.schema(schema).parquet(*files).join(keys, list(mode.keys), "left_anti") if files else None
+    frame = rows if kept is None else rows.unionByName(kept.select(*[f"`{f.name}`" for f in schema.fields]))
+    return _WritePlan(frame, schema, new_columns, [live[f] for f in files])
+
+
+def _check_columns(table: str, df: DataFrame, mode: WriteMode) -> None:
+    """Key, partition and delete columns must be columns of the data."""
+    from pyspark.sql.types import BooleanType
+
+    needed: tuple[str, ...] = ()
+    if isinstance(mode, Merge):
+        needed = mode.keys + ((mode.delete_column,) if mode.delete_column else ())
+    elif isinstance(mode, OverwritePartitions):
+        needed = mode.columns
+    if missing := [c for c in needed if c not in df.columns]:
+        raise ValueError(
+            f"{type(mode).__name__} on {table!r} names columns {missing} the data does not have (columns: {df.columns})"
+        )
+    if isinstance(mode, Merge) and mode.delete_column:
+        kind = df.schema[mode.delete_column].dataType
+        if not isinstance(kind, BooleanType):
+            raise ValueError(
+                f"Merge on {table!r}: delete_column {mode.delete_column!r} must be boolean, it is {kind.simpleString()}"
+            )
+
+
+def _evolve(table: str, current: StructType, data: StructType, policy: str) -> tuple[StructType, list[StructField]]:
+    """The table's schema after a write of `data` under `policy`, and the columns it adds."""
+    from pyspark.sql.types import StructType
+
+    if policy == "overwrite":
+        return data, []
+    have = {f.name: f.dataType.simpleString() for f in current.fields}
+    got = {f.name: f.dataType.simpleString() for f in data.fields}
+    if policy == "strict":
+        _check_fields(table, have, got)
+        return current, []
+    differing = [
+        f"{name}: table {have[name]}, data {got[name]}"
+        for name in sorted(have.keys() & got.keys())
+        if have[name] != got[name]
+    ]
+    if differing:
+        raise SchemaMismatch(table, differing)
+    new = [f for f in data.fields if f.name not in have]
+    return StructType([*current.fields, *new]), new
+
+
+def _align(data: DataFrame, schema: StructType) -> DataFrame:
+    """`data` with the table's columns in the table's order; columns it lacks are NULL."""
+    from pyspark.sql import functions as F
+
+    present = set(data.columns)
+    return data.select(
+        *[
+            F.col(f"`{f.name}`") if f.name in present else F.lit(None).cast(f.dataType).alias(f.name)
+            for f in schema.fields
+        ]
+    )
+
+
+def _null_safe_match(left: DataFrame, right: DataFrame, columns: Sequence[str]) -> Column:
+    """Rows of `left` and `right` agree on `columns`, NULL equal to NULL (a partition value may be NULL)."""
+    condition = None
+    for c in columns:
+        clause = left[c].eqNullSafe(right[c])
+        condition = clause if condition is None else condition & clause
+    assert condition is not None
+    return condition
+
+
+def _live_files(delta: DeltaTable) -> dict[str, tuple[str, int | None]]:
+    """Absolute local path → (path as the log holds it, size) for each file of the loaded version."""
+    import pyarrow as pa
+
+    location = _local_path(delta.table_uri)
+    actions = pa.table(delta.get_add_actions(flatten=True)).select(["path", "size_bytes"]).to_pylist()
+    return {
+        os.path.normpath(os.path.join(location, unquote(a["path"]))): (str(a["path"]), a["size_bytes"]) for a in actions
+    }
+
+
+def _local_path(uri: str) -> str:
+    """A file URI (`file:/...`, `file:///...`) or path as a normalized local path."""
+    parsed = urlparse(uri)
+    return os.path.normpath(unquote(parsed.path) if parsed.scheme in ("file", "") else uri)
 
 
 def _newest_first(location: str, newest: int) -> Iterator[dict[str, Any]]:
@@ -539,7 +801,10 @@ def _spark_schema(delta: DeltaTable) -> StructType:
 def _check_schema(table: str, delta: DeltaTable, schema: StructType) -> None:
     """Columns are matched by name (order does not matter); types must be equal, nullability aside."""
     want = {f.name: f.dataType.simpleString() for f in _spark_schema(delta).fields}
-    got = {f.name: f.dataType.simpleString() for f in schema.fields}
+    _check_fields(table, want, {f.name: f.dataType.simpleString() for f in schema.fields})
+
+
+def _check_fields(table: str, want: Mapping[str, str], got: Mapping[str, str]) -> None:
     differing = [
         f"{name}: table {want.get(name, 'missing')}, data {got.get(name, 'missing')}"
         for name in sorted(want.keys() | got.keys())

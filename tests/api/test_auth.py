@@ -15,10 +15,12 @@ from tests import support
 pytestmark = pytest.mark.xdist_group("auth")
 
 
-def create_token(url: str, name: str, role: str, *jobs: str) -> str:
+def create_token(url: str, name: str, role: str, *jobs: str, tables: tuple[str, ...] = ()) -> str:
     command = [sys.executable, "-m", "metaservice", "token", "create", name, "--role", role, "--database-url", url]
     for job in jobs:
         command += ["--job", job]
+    for pattern in tables:
+        command += ["--tables", pattern]
     result = subprocess.run(command, capture_output=True, text=True, timeout=60, check=True)
     return result.stdout.strip()
 
@@ -31,7 +33,7 @@ def fx_secured(
     migrate.upgrade(url)
     tokens = {
         "admin": create_token(url, "ops", "admin"),
-        "job": create_token(url, "enrich-runner", "job", "enrich", "team-a.*"),
+        "job": create_token(url, "enrich-runner", "job", "enrich", "team-a.*", tables=("lake.mart.*",)),
         "reader": create_token(url, "dashboard", "reader"),
         "revoked": create_token(url, "old", "reader"),
     }

@@ -14,6 +14,7 @@ runs and its failures are lost).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -154,6 +155,29 @@ def test_every_operation_with_a_body_documents_413() -> None:
     assert undocumented == []
 
 
+def _only_whole_floats_refused(case: Case[Any], status: int, content: bytes) -> bool:
+    """JSON Schema 2020-12 (OpenAPI 3.1) counts `2.0` as an integer, and schemathesis sends such whole floats for
+    integer fields of JSON bodies. Our contract does not (API.md: ids and snapshots are JSON integers; issue 13:
+    `1.0` and `1e3` are 422), and JSON Schema cannot say so. A 422 whose every error is about a whole float the
+    body holds is that contract, not valid data rejected; any other error still fails the check."""
+    if status != 422:
+        return False
+    errors = json.loads(content).get("errors", [])
+
+    def sent(loc: list[str]) -> Any:
+        value: Any = case.body
+        for key in loc:  # down the body; a key it lacks names a union member (`start`: literal or integer)
+            if not isinstance(value, dict) or key not in value:
+                break
+            value = value[key]
+        return value
+
+    return bool(errors) and all(
+        e["loc"][:1] == ["body"] and isinstance(value := sent(e["loc"][1:]), float) and value.is_integer()
+        for e in errors
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(("label", "mode"), _runs(), ids=lambda value: str(value))
 def test_no_input_gives_a_server_error_or_an_undocumented_answer(label: str, mode: GenerationMode, live: str) -> None:
@@ -170,6 +194,10 @@ def test_no_input_gives_a_server_error_or_an_undocumented_answer(label: str, mod
     )
     @given(case=operation.as_strategy(mode))
     def answers_within_the_contract(case: Case[Any]) -> None:
-        case.call_and_validate(base_url=live, checks=CHECKS)
+        response = case.call(base_url=live)
+        checks = CHECKS
+        if _only_whole_floats_refused(case, response.status_code, response.content):
+            checks = [check for check in CHECKS if check is not st.positive_data_acceptance]
+        case.validate_response(response, checks=checks)
 
     answers_within_the_contract()

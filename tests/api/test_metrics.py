@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from tests.api.test_delays import CHAIN, MART_B, MART_C, MART_D, RAW_A, Driver
 Samples = dict[str, list[Sample]]
 
 
-def scrape(api: httpx.Client) -> Samples:
+def scrape_once(api: httpx.Client) -> Samples:
     response = api.get("/metrics")
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
@@ -26,6 +27,24 @@ def scrape(api: httpx.Client) -> Samples:
         for sample in family.samples:
             samples.setdefault(sample.name, []).append(sample)
     return samples
+
+
+def scrape(api: httpx.Client) -> Samples:
+    """A scrape whose database figures were read after this call started (they are refreshed in the background:
+    wait for the condition, with a deadline)."""
+    since = time.time()
+    found: list[Samples] = []
+
+    def fresh() -> bool:
+        samples = scrape_once(api)
+        read_at = samples.get("metaservice_figures_read_timestamp_seconds")
+        if read_at and read_at[0].value >= since:
+            found.append(samples)
+            return True
+        return False
+
+    support.wait_until(fresh, timeout=30, what="/metrics figures read after the actions")
+    return found[-1]
 
 
 def by_label(samples: Samples, name: str, label: str) -> dict[str, float]:
@@ -128,3 +147,30 @@ def test_json_logs_carry_the_request_id(json_server: support.ServerProcess) -> N
     assert entry["logger"] == "metaservice.access" and entry["level"] == "info"
     assert entry["route"] == "/lineage" and entry["status"] == 200 and entry["duration_ms"] > 0
     assert all({"ts", "level", "logger", "message", "request_id"} <= e.keys() for e in entries)
+
+
+def test_metrics_count_the_sql_statements_of_each_route(chain: Driver) -> None:
+    """`next` and `commit` are one read, a decision and one compare-and-set write; the count is per route."""
+    chain.run("j1", {RAW_A: 1})
+
+    def statements(samples: Samples, route: str) -> float:
+        return sum(
+            s.value
+            for s in samples.get("metaservice_db_statements_total", [])
+            if s.labels["route"] == route and s.labels["method"] == "POST"
+        )
+
+    def requests(samples: Samples, route: str) -> float:
+        return sum(s.value for s in samples["metaservice_http_requests_total"] if s.labels["route"] == route)
+
+    commit_route, next_route = "/jobs/{job_id}/barriers/{barrier}/commit", "/jobs/{job_id}/barriers/next"
+    before = scrape_once(chain.api)
+    for snapshot in range(2, 6):
+        chain.run("j1", {RAW_A: snapshot})  # each: a next that seals a new snapshot, then a commit
+    after = scrape_once(chain.api)
+    commits = requests(after, commit_route) - requests(before, commit_route)
+    nexts = requests(after, next_route) - requests(before, next_route)
+    assert commits == 4 and nexts == 4
+    assert statements(after, commit_route) - statements(before, commit_route) == 2 * commits  # gather, write
+    per_next = (statements(after, next_route) - statements(before, next_route)) / nexts
+    assert 3 <= per_next <= 4  # gather, its share of one allocation call, gather again, write

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -120,6 +121,14 @@ def fail(error: type[httpx.TransportError]) -> Answer:
         raise error("simulated", request=request)
 
     return answer
+
+
+@pytest.fixture(name="unused_port")
+def fx_unused_port() -> int:
+    """A local port nobody listens on: connecting is refused at once."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 @pytest.fixture(name="sleeps")
@@ -320,18 +329,60 @@ def test_total_time_is_bounded_by_the_deadline() -> None:
     assert 1 < len(server.requests) < policy.attempts
 
 
-def test_each_retry_logs_a_warning_with_attempt_and_reason(
+def test_a_retried_call_logs_one_warning_naming_the_server_then_debug_lines(
     connect: Connect,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    server = Server(fail(httpx.ConnectError), problem(503, "busy"), ok(DECISION))
+    server = Server(fail(httpx.ConnectError), problem(503, "busy"), fail(httpx.ReadError), ok(DECISION))
     with caplog.at_level(logging.DEBUG, logger="spark_client"):
         connect(server).next_barrier("enrich")
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-    assert len(warnings) == 2
-    assert "attempt 1 of 4" in warnings[0] and "ConnectError" in warnings[0]
-    assert "attempt 2 of 4" in warnings[1] and "busy" in warnings[1]
-    assert sum(r.levelno == logging.DEBUG for r in caplog.records) == 3  # one per request sent
+    assert len(warnings) == 1  # one per call, not one per attempt
+    assert "POST http://metaservice/jobs/enrich/barriers/next failed" in warnings[0]
+    assert "ConnectError" in warnings[0] and "up to 4 attempts" in warnings[0]
+    retries = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and "retrying" in r.getMessage()]
+    assert ["attempt 2 of 4" in retries[0] and "busy" in retries[0], "attempt 3 of 4" in retries[1]] == [True, True]
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.INFO] == [
+        "POST /jobs/enrich/barriers/next succeeded on attempt 4"
+    ]
+
+
+def test_connection_errors_name_the_server_url_host_and_port(unused_port: int) -> None:
+    url = f"http://127.0.0.1:{unused_port}"
+    with (
+        MetaServiceClient(url, retry=RetryPolicy(attempts=1)) as client,
+        pytest.raises(Unavailable) as caught,
+    ):
+        client.version("lake.raw.orders")
+    message = str(caught.value)
+    assert f"GET {url}/version/strong/lake/raw/orders" in message
+    assert f"cannot reach the MetaService server at {url}" in message and "ConnectError" in message
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8080", "localhost", "ftp://host:21", "http://", "/metaservice"])
+def test_a_base_url_without_scheme_or_host_is_a_value_error(url: str) -> None:
+    with pytest.raises(ValueError, match=r"absolute http\(s\) URL with a host|is not a URL"):
+        MetaServiceClient(url)
+
+
+def test_next_barrier_sends_start_only_when_given_and_checks_it(connect: Connect) -> None:
+    server = Server(ok(DECISION))
+    client = connect(server)
+    client.next_barrier("enrich")
+    client.next_barrier("enrich", start="earliest")
+    client.next_barrier("enrich", {"lake.raw.orders": 3}, start=1763800000000001)
+    assert [server.body(i).get("start") for i in range(3)] == [None, "earliest", 1763800000000001]
+    for bad in ("oldest", 0, -5, True, 1.5):
+        with pytest.raises(ValueError, match="start must be 'newest', 'earliest' or a barrier"):
+            client.next_barrier("enrich", start=bad)  # type: ignore[arg-type]
+    assert len(server.requests) == 3
+
+
+def test_next_barrier_parses_each_sinks_baseline(connect: Connect) -> None:
+    body = {**DECISION, "sinks": {"lake.mart.x": {"previous_snapshot_id": 4}, "lake.mart.y": {}}}
+    decision = connect(Server(ok(body))).next_barrier("enrich")
+    assert decision.sinks["lake.mart.x"].previous_snapshot_id == 4
+    assert decision.sinks["lake.mart.y"].previous_snapshot_id is None
 
 
 # --- non-idempotent calls ----------------------------------------------------------------------------------

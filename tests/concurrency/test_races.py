@@ -382,11 +382,11 @@ def lock_waiters(monitor: psycopg.Connection[Any]) -> int:
 
 
 def test_downstream_next_racing_its_upstream_writer_step_succeeds(cluster: Cluster) -> None:
-    """`next` of a downstream job settles its lagging upstream writer under the writer's lock, while the writer
-    itself is taking a step. Both must succeed, whichever order the database grants the writer's lock in.
+    """`next` of a downstream job settles its lagging upstream writer while the writer itself takes a step. Both
+    planned on the same state of the writer; both must succeed, whichever write the database takes first (the
+    other one's compare-and-set fails and it plans again on the new state).
 
-    The interleaving is made certain by holding the root table's row, as a slow concurrent reporter of the root
-    would: the writer's step then holds its job lock while it waits, and the downstream step queues behind it.
+    The interleaving is made certain by holding the writer's job row: both steps have planned and wait to write.
     """
     register(cluster, "up", sources=[ORDERS], sinks=[MID])
     register(cluster, "down", sources=[MID], sinks=[OUT])
@@ -403,12 +403,12 @@ def test_downstream_next_racing_its_upstream_writer_step_succeeds(cluster: Clust
         psycopg.connect(cluster.url) as blocker,
         ThreadPoolExecutor(max_workers=2) as pool,
     ):
-        blocker.execute("SELECT 1 FROM tables WHERE name = %s FOR UPDATE", (ORDERS,))
+        blocker.execute("SELECT 1 FROM jobs WHERE name = %s FOR UPDATE", ("up",))
         up = pool.submit(cluster.post, "/jobs/up/barriers/next", {"root_snapshots": {ORDERS: 1}}, server=0)
-        support.wait_until(lambda: lock_waiters(monitor) >= 1, timeout=3, what="the writer's step to wait for the root")
+        support.wait_until(lambda: lock_waiters(monitor) >= 1, timeout=3, what="the writer's step to wait to write")
         down = pool.submit(cluster.post, "/jobs/down/barriers/next", None, server=1)
         support.wait_until(
-            lambda: down.done() or lock_waiters(monitor) >= 2, timeout=3, what="the downstream step to queue"
+            lambda: down.done() or lock_waiters(monitor) >= 2, timeout=3, what="the downstream step to wait to write"
         )
         blocker.rollback()
         responses = {"up": up.result(timeout=TIMEOUT), "down": down.result(timeout=TIMEOUT)}

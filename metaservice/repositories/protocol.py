@@ -1,0 +1,370 @@
+"""SQL of the barrier protocol: gather a job's planning state in one statement, store a plan's outcome in one.
+
+`gather` returns, for a set of jobs, everything `services/planner.py` reads: the jobs (version, in-flight, last
+committed and last run, lineage change clock), their current edges, every table they touch (current writer,
+newest range, newest output, first range, neighbouring barriers) and, for the tables they read, a window of ranges
+from the job's newest settled barrier on. `apply` writes a plan's row changes only if every job it touches still
+has the version the plan read (compare-and-set): concurrent steps of one job, settling by a downstream planner,
+registrations and rollbacks all bump versions, so a plan made on a stale snapshot writes nothing and is made again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg.types.json import Jsonb
+
+from metaservice.db.database import Connection
+from metaservice.repositories.driver import fetch_one
+from metaservice.services.planner import JobView, Range, RunView, TableView, World, Writes
+
+WINDOW = 64  # ranges per input table per gather; a plan that needs more asks (`ranges_from`)
+
+_RUN_JSON = (
+    "jsonb_build_object('id', r.id, 'first', r.first_barrier, 'barrier', r.barrier, 'status', r.status, "
+    "'inputs', r.inputs, 'outputs', r.outputs, 'reason', r.reason)"
+)
+
+_GATHER = f"""
+    WITH {{jobs}},
+    head AS (SELECT max(barrier) AS barrier FROM barriers),
+    edges AS (
+        SELECT e.job_id, e.table_id, e.role FROM lineage_edges e
+         WHERE e.job_id IN (SELECT id FROM jobs_in) AND e.removed_at IS NULL
+    ),
+    job_rows AS (
+        SELECT j.id, j.name, j.is_active AS active, j.last_barrier AS last, j.version,
+               (SELECT max(greatest(x.added_after, coalesce(x.removed_after, x.added_after)))
+                  FROM lineage_edges x WHERE x.job_id = j.id) AS lineage_after,
+               (SELECT min(b.barrier) FROM barriers b WHERE b.barrier > j.last_barrier) AS after_last,
+               (SELECT {_RUN_JSON} FROM job_runs r WHERE r.job_id = j.id AND r.status = 'in_flight') AS in_flight,
+               (SELECT {_RUN_JSON} FROM job_runs r WHERE r.job_id = j.id AND r.status = 'committed'
+                 ORDER BY r.barrier DESC LIMIT 1) AS last_committed,
+               (SELECT {_RUN_JSON} FROM job_runs r WHERE r.job_id = j.id
+                 ORDER BY r.first_barrier DESC LIMIT 1) AS last_run,
+               (SELECT {_RUN_JSON} FROM job_runs r
+                 WHERE r.job_id = j.id AND r.first_barrier <= %(barrier)s AND r.barrier >= %(barrier)s
+                 ORDER BY r.first_barrier DESC LIMIT 1) AS run_at,
+               coalesce((SELECT jsonb_agg(jsonb_build_array(e.table_id, e.role, t.name) ORDER BY t.name)
+                           FROM edges e JOIN tables t ON t.id = e.table_id WHERE e.job_id = j.id), '[]') AS edges,
+               j.stale
+          FROM jobs_in j
+    ),
+    table_rows AS (
+        SELECT t.id, t.name, t.sealable, t.latest_snapshot_id AS latest,
+               (SELECT w.job_id FROM lineage_edges w
+                 WHERE w.table_id = t.id AND w.role = 'sink' AND w.removed_at IS NULL) AS writer_id,
+               CASE WHEN n.id IS NULL THEN NULL ELSE jsonb_build_array(
+                   n.id, n.first_barrier, n.last_barrier, n.snapshot_id, n.kind, n.job_id) END AS newest,
+               CASE WHEN o.snapshot_id IS NULL THEN NULL ELSE jsonb_build_array(o.snapshot_id, o.job_id) END AS output,
+               f.first_barrier, c.first_barrier AS first_complete,
+               (SELECT max(b.barrier) FROM barriers b WHERE b.barrier < f.first_barrier) AS before_first,
+               (SELECT min(b.barrier) FROM barriers b WHERE b.barrier > n.last_barrier) AS after_frontier
+          FROM (SELECT DISTINCT table_id FROM edges) d
+          JOIN tables t ON t.id = d.table_id
+          LEFT JOIN LATERAL (SELECT * FROM snapshot_ranges r WHERE r.table_id = t.id
+                              ORDER BY r.first_barrier DESC LIMIT 1) n ON true
+          LEFT JOIN LATERAL (SELECT r.snapshot_id, r.job_id FROM snapshot_ranges r
+                              WHERE r.table_id = t.id AND r.snapshot_id IS NOT NULL
+                              ORDER BY r.first_barrier DESC LIMIT 1) o ON true
+          LEFT JOIN LATERAL (SELECT r.first_barrier FROM snapshot_ranges r WHERE r.table_id = t.id
+                              ORDER BY r.first_barrier LIMIT 1) f ON true
+          LEFT JOIN LATERAL (SELECT r.first_barrier FROM snapshot_ranges r
+                              WHERE r.table_id = t.id AND r.snapshot_id IS NOT NULL
+                              ORDER BY r.first_barrier LIMIT 1) c ON true
+    ),
+    windows AS (
+        SELECT e.table_id, j.last_barrier AS from_barrier,
+               (SELECT jsonb_agg(jsonb_build_array(w.id, w.first_barrier, w.last_barrier, w.snapshot_id, w.kind,
+                                                   w.job_id) ORDER BY w.first_barrier)
+                  FROM (SELECT r.* FROM snapshot_ranges r
+                         WHERE r.table_id = e.table_id
+                           AND (r.last_barrier IS NULL OR r.last_barrier >= j.last_barrier)
+                         ORDER BY r.first_barrier LIMIT {WINDOW}) w) AS rows
+          FROM edges e JOIN jobs_in j ON j.id = e.job_id
+         WHERE e.role = 'source' AND j.last_barrier IS NOT NULL AND %(windows)s
+        UNION ALL
+        SELECT e.table_id, NULL,
+               (SELECT jsonb_agg(jsonb_build_array(w.id, w.first_barrier, w.last_barrier, w.snapshot_id, w.kind,
+                                                   w.job_id) ORDER BY w.first_barrier)
+                  FROM (SELECT r.* FROM snapshot_ranges r WHERE r.table_id = e.table_id
+                         ORDER BY r.first_barrier DESC LIMIT {WINDOW}) w) AS rows
+          FROM edges e JOIN jobs_in j ON j.id = e.job_id
+         WHERE e.role = 'source' AND j.last_barrier IS NULL AND %(windows)s
+    )
+    SELECT (SELECT barrier FROM head),
+           (SELECT max(b.barrier) FROM barriers b WHERE b.barrier < (SELECT barrier FROM head)),
+           (SELECT coalesce(jsonb_agg(to_jsonb(j)), '[]') FROM job_rows j),
+           (SELECT coalesce(jsonb_agg(to_jsonb(t)), '[]') FROM table_rows t),
+           (SELECT coalesce(jsonb_agg(jsonb_build_array(w.table_id, w.from_barrier, w.rows)), '[]') FROM windows w),
+           {{extra}}
+"""
+
+_BY_NAME = _GATHER.format(
+    jobs="jobs_in AS (SELECT id, name, is_active, last_barrier, version, "
+    "last_seen_at < now() - interval '10 seconds' AS stale FROM jobs WHERE name = %(name)s)",
+    extra="""(SELECT coalesce(jsonb_agg(jsonb_build_array(
+                  a.name, t.id,
+                  EXISTS (SELECT 1 FROM lineage_edges w WHERE w.table_id = t.id AND w.role = 'sink'
+                             AND w.removed_at IS NULL),
+                  EXISTS (SELECT 1 FROM edges e WHERE e.table_id = t.id AND e.role = 'source'),
+                  t.latest_snapshot_id)), '[]')
+                FROM unnest(CAST(%(roots)s AS text[])) AS a(name) LEFT JOIN tables t ON t.name = a.name)""",
+)
+_BY_IDS = _GATHER.format(
+    jobs="jobs_in AS (SELECT id, name, is_active, last_barrier, version, false AS stale FROM jobs "
+    "WHERE id = ANY(CAST(%(ids)s AS bigint[])))",
+    extra="'[]'::jsonb",
+)
+
+_RANGES_FROM = f"""
+    SELECT coalesce(jsonb_agg(jsonb_build_array(w.id, w.first_barrier, w.last_barrier, w.snapshot_id, w.kind,
+                                                w.job_id) ORDER BY w.first_barrier), '[]')
+      FROM (SELECT r.* FROM snapshot_ranges r
+             WHERE r.table_id = %(table_id)s AND (r.last_barrier IS NULL OR r.last_barrier >= %(barrier)s)
+             ORDER BY r.first_barrier LIMIT {WINDOW}) w
+"""
+_AFTER = "SELECT min(barrier) FROM barriers WHERE barrier > %(barrier)s"
+
+
+@dataclass(frozen=True)
+class ReportedRoot:
+    """A table named in `root_snapshots`, as the database knows it (id None: not registered)."""
+
+    name: str
+    table_id: int | None
+    written: bool  # a job writes it: not a root
+    read: bool  # the job reads it
+    latest: int | None
+
+
+@dataclass
+class Gathered:
+    world: World
+    job_id: int | None  # the job asked for by name (None: not registered)
+    reported: list[ReportedRoot]
+    run_at: RunView | None  # with `barrier`: the job's run covering it
+    stale: bool  # the job was last seen over 10 s ago
+
+
+def _range(table_id: int, row: Sequence[Any]) -> Range:
+    return Range(row[0], table_id, row[1], row[2], row[3], row[4], row[5])
+
+
+def _run(data: Mapping[str, Any] | None) -> RunView | None:
+    if data is None:
+        return None
+    return RunView(
+        data["id"], data["first"], data["barrier"], data["status"], data["inputs"], data["outputs"], data["reason"]
+    )
+
+
+def _merge(world: World, head: Any, before_head: Any, jobs: Any, tables: Any, windows: Any) -> None:
+    world.head, world.before_head = head, before_head
+    for t in tables:
+        if t["id"] in world.tables:
+            continue
+        newest = _range(t["id"], t["newest"]) if t["newest"] is not None else None
+        output = t["output"]
+        view = TableView(
+            id=t["id"],
+            name=t["name"],
+            writer_id=t["writer_id"],
+            newest=newest,
+            last_output=(output[0], output[1]) if output is not None else None,
+            first_barrier=t["first_barrier"],
+            first_complete=t["first_complete"],
+            before_first=t["before_first"],
+            after_frontier=t["after_frontier"],
+            unsealed=t["writer_id"] is None
+            and t["sealable"]
+            and t["latest"] is not None
+            and (newest is None or newest.last is not None or newest.snapshot != t["latest"]),
+        )
+        if newest is not None:
+            view.ranges[newest.first] = newest
+        world.tables[view.id] = view
+    for table_id, from_barrier, rows in windows:
+        ranges = [_range(table_id, r) for r in rows or []]
+        view = world.tables[table_id]
+        complete = len(ranges) < WINDOW
+        if from_barrier is None:  # the newest ranges, descending before sorting: they reach the newest
+            covers_from = ranges[0].first if ranges else 0
+            view.learn(ranges, covers_from=covers_from, complete=True, head=head)
+        else:
+            view.learn(ranges, covers_from=from_barrier, complete=complete, head=head)
+    for j in jobs:
+        if j["id"] in world.jobs:
+            continue
+        edges = j["edges"]
+        world.jobs[j["id"]] = JobView(
+            id=j["id"],
+            name=j["name"],
+            active=j["active"],
+            last=j["last"],
+            version=j["version"],
+            sources=[e[0] for e in edges if e[1] == "source"],
+            sinks=[e[0] for e in edges if e[1] == "sink"],
+            in_flight=_run(j["in_flight"]),
+            last_committed=_run(j["last_committed"]),
+            last_run=_run(j["last_run"]),
+            lineage_after=j["lineage_after"],
+            after_last=j["after_last"],
+        )
+
+
+async def gather(
+    conn: Connection, *, name: str, roots: Sequence[str] = (), barrier: int | None = None, windows: bool = True
+) -> Gathered:
+    """The planning state of the job called `name`, what the database knows of the tables named in its root
+    snapshot report, and (with `barrier`) its run covering that barrier. Without `windows` the input ranges are
+    left out (commit and abort do not walk)."""
+    params = {"name": name, "roots": list(roots), "barrier": barrier, "windows": windows}
+    row = await fetch_one(conn, _BY_NAME, params, prepare=True)
+    assert row is not None
+    world = World(None, None, {}, {})
+    _merge(world, *row[:5])
+    jobs = row[2]
+    reported = [ReportedRoot(r[0], r[1], bool(r[2]), bool(r[3]), r[4]) for r in row[5]]
+    if not jobs:
+        return Gathered(world, None, reported, None, False)
+    return Gathered(world, jobs[0]["id"], reported, _run(jobs[0]["run_at"]), bool(jobs[0]["stale"]))
+
+
+async def gather_jobs(conn: Connection, world: World, *, job_ids: Sequence[int]) -> None:
+    """Add the planning state of `job_ids` (upstream writers a plan settles) to `world`."""
+    row = await fetch_one(conn, _BY_IDS, {"ids": list(job_ids), "barrier": None, "windows": True}, prepare=True)
+    assert row is not None
+    _merge(world, *row[:5])
+
+
+async def ranges_from(conn: Connection, world: World, *, table_id: int, barrier: int) -> None:
+    """Add the ranges of `table_id` from `barrier` on to `world` (a plan walked past its window)."""
+    row = await fetch_one(conn, _RANGES_FROM, {"table_id": table_id, "barrier": barrier})
+    ranges = [_range(table_id, r) for r in (row[0] if row else [])]
+    world.tables[table_id].learn(ranges, covers_from=barrier, complete=len(ranges) < WINDOW, head=world.head)
+
+
+async def barrier_after(conn: Connection, world: World, *, barrier: int) -> None:
+    """Add the first barrier issued after `barrier` to `world`."""
+    row = await fetch_one(conn, _AFTER, {"barrier": barrier})
+    world.after[barrier] = row[0] if row else None
+
+
+_APPLY = """
+    WITH expect AS (
+        SELECT * FROM jsonb_to_recordset(%(expect)s) AS x(id bigint, version bigint)
+    ),
+    locked AS (
+        SELECT j.id, j.version FROM jobs j WHERE j.id IN (SELECT id FROM expect) ORDER BY j.id FOR UPDATE
+    ),
+    ok AS (
+        SELECT count(*) = (SELECT count(*) FROM expect) AS ok
+          FROM locked JOIN expect USING (id) WHERE locked.version = expect.version
+    ),
+    bumped AS (
+        UPDATE jobs j SET version = j.version + 1,
+                          last_barrier = coalesce(x.last_barrier, j.last_barrier),
+                          last_seen_at = now()
+          FROM jsonb_to_recordset(%(jobs)s) AS x(id bigint, last_barrier bigint)
+         WHERE j.id = x.id AND (SELECT ok FROM ok)
+    ),
+    range_ends AS (
+        UPDATE snapshot_ranges r SET last_barrier = x.last, updated_at = now()
+          FROM jsonb_to_recordset(%(range_ends)s) AS x(id bigint, last bigint)
+         WHERE r.id = x.id AND (SELECT ok FROM ok)
+    ),
+    new_ranges AS (
+        INSERT INTO snapshot_ranges (table_id, first_barrier, last_barrier, snapshot_id, kind, job_id)
+        SELECT x.table_id, x.first, x.last, x.snapshot_id, x.kind, x.job_id
+          FROM jsonb_to_recordset(%(new_ranges)s)
+               AS x(table_id bigint, first bigint, last bigint, snapshot_id bigint, kind text, job_id bigint)
+         WHERE (SELECT ok FROM ok)
+    ),
+    run_ends AS (
+        UPDATE job_runs r SET barrier = x.barrier, finished_at = clock_timestamp()
+          FROM jsonb_to_recordset(%(run_ends)s) AS x(id bigint, barrier bigint)
+         WHERE r.id = x.id AND (SELECT ok FROM ok)
+    ),
+    finished AS (
+        UPDATE job_runs r SET status = x.status, finished_at = clock_timestamp(),
+                              outputs = coalesce(x.outputs, r.outputs), reason = coalesce(x.reason, r.reason)
+          FROM jsonb_to_recordset(%(finished)s) AS x(id bigint, status text, outputs jsonb, reason text)
+         WHERE r.id = x.id AND (SELECT ok FROM ok)
+    ),
+    new_runs AS (
+        INSERT INTO job_runs (job_id, first_barrier, barrier, status, inputs, outputs, reason, inputs_ready_at,
+                              started_at, finished_at)
+        SELECT x.job_id, x.first, x.barrier, x.status, x.inputs, '{}'::jsonb, x.reason,
+               CASE WHEN x.status = 'in_flight' THEN greatest(
+                   (SELECT b.issued_at FROM barriers b WHERE b.barrier = x.barrier),
+                   (SELECT max(CASE WHEN s.first_barrier = x.barrier THEN s.created_at ELSE s.updated_at END)
+                      FROM snapshot_ranges s WHERE s.id = ANY(x.ready_ranges)),
+                   CASE WHEN x.ready_now THEN clock_timestamp() END) END,
+               clock_timestamp(), CASE WHEN x.status <> 'in_flight' THEN clock_timestamp() END
+          FROM jsonb_to_recordset(%(new_runs)s)
+               AS x(job_id bigint, first bigint, barrier bigint, status text, inputs jsonb, reason text,
+                    ready_ranges bigint[], ready_now boolean)
+         WHERE (SELECT ok FROM ok)
+    ),
+    latest AS (
+        UPDATE tables t SET latest_snapshot_id = greatest(coalesce(t.latest_snapshot_id, -1), x.snapshot_id),
+                            latest_snapshot_at = now()
+          FROM jsonb_to_recordset(%(latest)s) AS x(table_id bigint, snapshot_id bigint)
+         WHERE t.id = x.table_id AND (SELECT ok FROM ok)
+    )
+    SELECT ok FROM ok
+"""
+
+
+async def apply(conn: Connection, writes: Writes) -> bool:
+    """Store a plan's row changes if every job it touches still has the version the plan read; False when one
+    changed meanwhile (nothing was written: plan again)."""
+    params = {
+        "expect": Jsonb([{"id": j, "version": v} for j, v in sorted(writes.expect.items())]),
+        "jobs": Jsonb([{"id": j, "last_barrier": writes.job_lasts.get(j)} for j in sorted(writes.expect)]),
+        "range_ends": Jsonb([{"id": i, "last": last} for i, last in writes.range_ends.items()]),
+        "new_ranges": Jsonb(
+            [
+                {
+                    "table_id": r.table_id,
+                    "first": r.first,
+                    "last": r.last,
+                    "snapshot_id": r.snapshot,
+                    "kind": r.kind,
+                    "job_id": r.job_id,
+                }
+                for r in writes.new_ranges
+            ]
+        ),
+        "run_ends": Jsonb([{"id": i, "barrier": b} for i, b in writes.run_ends.items()]),
+        "finished": Jsonb([{"id": i, "status": s, "outputs": o, "reason": r} for i, s, o, r in writes.finished_runs]),
+        "new_runs": Jsonb(
+            [
+                {
+                    "job_id": r.job_id,
+                    "first": r.first,
+                    "barrier": r.barrier,
+                    "status": r.status,
+                    "inputs": r.inputs,
+                    "reason": r.reason,
+                    "ready_ranges": r.ready_ranges,
+                    "ready_now": r.ready_now,
+                }
+                for r in writes.new_runs
+            ]
+        ),
+        "latest": Jsonb([{"table_id": t, "snapshot_id": s} for t, s in writes.latest.items()]),
+    }
+    row = await fetch_one(conn, _APPLY, params, prepare=True)
+    return bool(row and row[0])
+
+
+_TOUCH = "UPDATE jobs SET last_seen_at = now() WHERE id = %(id)s"
+
+
+async def touch(conn: Connection, *, job_id: int) -> None:
+    """Mark the job as seen now (a step that wrote nothing; steps that write do it as they write)."""
+    await conn.execute(_TOUCH, {"id": job_id})

@@ -1,0 +1,618 @@
+"""Paimon tables written by Spark executors through `pypaimon` and committed by the driver.
+
+No Paimon jars are needed in Spark. Paimon's data files carry metadata (statistics in Paimon's binary row
+format, levels, sequence numbers) that only a Paimon writer produces, so the executors write: each Spark task
+streams its rows as Arrow batches (`mapInArrow`) into a pypaimon table writer, which writes the data files
+under the table and returns Paimon *commit messages* (file metadata, a few hundred bytes per file). The driver
+collects those messages, never the rows, and commits them as one snapshot with Paimon's own exactly-once tag:
+**commit user = job id, commit identifier = barrier** (what Flink's Paimon sink uses for checkpoints). The
+executors need `pypaimon` and `spark_client` installed (on a cluster: in the executors' Python environment).
+
+Snapshot ids are Paimon's (1, 2, 3, …). Rollback uses Paimon's `rollback_to` (later snapshots are deleted).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from spark_client import _failpoints
+from spark_client.catalog import _writes
+from spark_client.catalog.base import CommitRecord, NotAppendOnly, UnsupportedTable
+from spark_client.modes import Append, ModeName, WriteMode
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.dataset as pads
+    from pypaimon.catalog.catalog import Catalog as PaimonNativeCatalog
+    from pypaimon.manifest.schema.data_file_meta import DataFileMeta
+    from pypaimon.snapshot.snapshot import Snapshot
+    from pypaimon.table.file_store_table import FileStoreTable
+    from pypaimon.write.commit_message import CommitMessage
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
+
+    from spark_client._http import MetaServiceClient
+
+logger = logging.getLogger("spark_client.catalog")
+
+_UNSTORABLE = frozenset(
+    {"void", "interval", "daytimeinterval", "yearmonthinterval", "time", "variant", "geometry", "geography"}
+    | {"char", "varchar"}
+)
+_TABLE_OPTIONS = {
+    "bucket": "-1",  # append table, bucket-unaware: any number of writers, files placed by the writer
+    "file.format": "parquet",  # Spark reads the data files directly
+    "file.compression": "snappy",  # Spark's own codec (as Delta's and Iceberg's files): faster to write than zstd
+    "snapshot.ignore-empty-commit": "false",  # every write is a snapshot, also an empty one (as in Delta)
+}
+
+
+@dataclass(frozen=True)
+class _File:
+    """A data file of the current snapshot, with where it lives in Paimon's layout (for removing it)."""
+
+    partition: tuple[Any, ...]
+    bucket: int
+    meta: DataFileMeta
+
+
+class PaimonCatalog:
+    """Paimon append tables under one root: `lake.sales.orders` lives at `<root>/lake/sales.db/orders`.
+
+    Each first part of a name is a Paimon filesystem warehouse (`<root>/<catalog>`) with the usual
+    `<database>.db/<table>` layout, so Flink, Spark with Paimon, or pypaimon open the same tables. The first
+    write creates the table (unaware-bucket append table, parquet files, every column nullable) with the
+    DataFrame's schema.
+
+    Args:
+        root: a local directory; created on the first write.
+
+    Example:
+        catalog = PaimonCatalog("/data/lake")
+        snapshot = catalog.append(spark, df, "lake.raw.orders")
+        catalog.read_at(spark, "lake.raw.orders", snapshot).count()
+    """
+
+    format: str = "paimon"
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        root = os.fspath(root)
+        if "://" in root:
+            raise ValueError(f"only local directories are supported as a Paimon warehouse root so far, got {root!r}")
+        self.root = os.path.abspath(root)
+        self._catalogs: dict[str, PaimonNativeCatalog] = {}
+
+    def __repr__(self) -> str:
+        return f"PaimonCatalog({self.root!r})"
+
+    def location(self, table: str) -> str:
+        """The directory of `table`: `<root>/<catalog>/<database>.db/<table>`.
+
+        Raises:
+            ValueError: the name is not `catalog.database.table`.
+
+        Example:
+            PaimonCatalog("/data/lake").location("lake.sales.orders")   # "/data/lake/lake/sales.db/orders"
+        """
+        catalog, database, name = _writes.split_name(table)
+        return os.path.join(self.root, catalog, f"{database}.db", name)
+
+    def paimon_table(self, table: str, *, snapshot_id: int | None = None) -> FileStoreTable:
+        """The pypaimon table of `table` (at `snapshot_id` when given: Paimon time travel), for Paimon's own reader.
+
+        Raises:
+            ValueError: no such table, or no such snapshot.
+
+        Example:
+            t = catalog.paimon_table("lake.raw.orders", snapshot_id=3)
+            rows = t.new_read_builder().new_read().to_arrow(t.new_read_builder().new_scan().plan().splits())
+        """
+        native = self._open(table)
+        if native is None:
+            raise ValueError(f"{table!r} does not exist in {self!r}")
+        if snapshot_id is None:
+            return native
+        if native.snapshot_manager().get_snapshot_by_id(snapshot_id) is None:
+            raise ValueError(f"{table!r} has no snapshot {snapshot_id} (never committed, rolled back or expired)")
+        return native.copy({"scan.snapshot-id": str(snapshot_id)})
+
+    def latest_snapshot(self, table: str) -> int | None:
+        """The newest Paimon snapshot id of `table`; None when there is no table or no snapshot yet.
+
+        Example:
+            catalog.latest_snapshot("lake.raw.orders")   # e.g. 12
+        """
+        native = self._open(table)
+        latest = None if native is None else native.snapshot_manager().get_latest_snapshot()
+        return None if latest is None else latest.id
+
+    def append(self, spark: SparkSession, df: DataFrame, table: str) -> int:
+        """Commit `df` as new rows of `table`, untagged (root tables, ingestion, tests); returns the snapshot id.
+
+        Raises:
+            SchemaMismatch: the DataFrame's schema differs from the table's.
+
+        Example:
+            catalog.append(spark, spark.createDataFrame([(1, "a")], "id long, name string"), "lake.raw.orders")
+        """
+        return self.write(spark, df, table, mode="append")
+
+    def write(
+        self,
+        spark: SparkSession,
+        df: DataFrame,
+        table: str,
+        *,
+        mode: WriteMode | ModeName,
+        app_id: str | None = None,
+        barrier: int | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> int:
+        """Apply `df` with `mode` as one Paimon snapshot: executors write data files, the driver commits.
+
+        `Append` adds files (an APPEND snapshot); `Overwrite` also removes every current file;
+        `ReplaceWhere`, `OverwritePartitions` and `Merge` are copy-on-write: executors find and rewrite the
+        files holding affected rows, the commit removes them (an OVERWRITE snapshot). Schema policies:
+        `strict`, `merge` (new columns added to the Paimon schema first) and `overwrite` is refused (Paimon
+        keeps one schema history per table; drop and re-create it). A tagged write is committed with commit
+        user `app_id` and commit identifier `barrier`; when the table already holds that commit, its snapshot
+        is returned and nothing is written.
+
+        Args:
+            spark: the session running the write.
+            df: the rows.
+            table: `catalog.database.table`; created by the first write.
+            mode: a `spark_client.modes` mode or "append" / "overwrite".
+            app_id: the job id (Paimon commit user).
+            barrier: the barrier (Paimon commit identifier); given together with `app_id`.
+            metadata: snapshot properties (`metaservice.barrier`, `.job_id`, `.write_id` are reserved).
+
+        Returns:
+            The Paimon snapshot id holding the data.
+
+        Raises:
+            SchemaMismatch: the data's schema does not fit the table's under the mode's schema policy.
+            UnsupportedTable: a primary-key table or one with deletion vectors (not written by this catalog).
+            ValueError: bad arguments, a type Paimon cannot store, data a mode rejects.
+
+        Example:
+            snapshot = catalog.write(spark, df, "lake.mart.orders_enriched", mode="append",
+                                     app_id="enrich", barrier=1042)
+        """
+        mode = _writes.as_mode(mode)
+        _writes.check_tag(app_id, barrier, metadata)
+        if mode.schema == "overwrite":
+            raise ValueError("schema='overwrite' is not supported for Paimon tables: drop and re-create the table")
+        data_schema = _writes.data_schema(df, mode, table=table, unstorable=_UNSTORABLE, format_name="a Paimon")
+        native = self._open(table)
+        files: dict[str, _File] = {}
+        schema = data_schema
+        if native is not None:
+            if app_id is not None and barrier is not None:
+                done = _tagged_snapshot(native, app_id=app_id, barrier=barrier)
+                if done is not None:
+                    logger.info("%s holds %s's barrier %d already: snapshot %d", table, app_id, barrier, done)
+                    return done
+            schema = _writes.resolve_schema(table, _spark_schema(native.table_schema.fields), data_schema, mode)
+            if not isinstance(mode, Append):
+                files = _current_files(native, table)
+            if len(schema.fields) > len(native.table_schema.fields):
+                native = self._add_columns(table, native, schema)
+        else:
+            native = self._create(table, schema)
+        rewrite = _writes.plan_rewrite(spark, df, mode, files=sorted(files), schema=schema)
+
+        write_id = uuid.uuid4().hex
+        user = app_id if app_id is not None else f"metaservice-{write_id}"
+        identifier = barrier if barrier is not None else _batch_identifier()
+        task = _write_task(native.table_path, user, identifier, _arrow_schema(schema))
+        with _writes.microsecond_timestamps(spark):
+            collected = rewrite.data.mapInArrow(task, "messages binary").collect()
+        messages: list[CommitMessage] = [m for row in collected for m in pickle.loads(row[0])]
+        _failpoints.hit("after_files_written")
+        messages.extend(_removals(files[path] for path in rewrite.removed))
+        properties = _writes.commit_properties(write_id, app_id, barrier, metadata)
+        snapshot = _commit(native, user, identifier, messages, properties)
+        logger.debug("%s: %s committed %d message(s) as snapshot %d", table, mode, len(messages), snapshot)
+        if app_id is not None:
+            _failpoints.hit("after_table_commit")
+        return snapshot
+
+    def committed_snapshot(self, table: str, *, app_id: str, barrier: int) -> int | None:
+        """The snapshot committed with commit user `app_id` and commit identifier `barrier`, if any.
+
+        Returns:
+            The snapshot id, or None when the job has no commit for `barrier` in `table` (snapshots a rollback
+            removed do not count: Paimon deletes them).
+
+        Example:
+            snapshot = catalog.committed_snapshot("lake.mart.orders_enriched", app_id="enrich", barrier=1042)
+        """
+        native = self._open(table)
+        return None if native is None else _tagged_snapshot(native, app_id=app_id, barrier=barrier)
+
+    def read_at(self, spark: SparkSession, table: str, snapshot_id: int) -> DataFrame:
+        """`table` exactly as of Paimon snapshot `snapshot_id`: Spark reads that snapshot's data files.
+
+        Raises:
+            ValueError: no such snapshot.
+            UnsupportedTable: a primary-key table or one with deletion vectors (read it with `paimon_table`).
+
+        Example:
+            orders = catalog.read_at(spark, "lake.raw.orders", 12)
+        """
+        at = self.paimon_table(table, snapshot_id=snapshot_id)
+        files = _current_files(at, table)
+        return _writes.frame(spark, _spark_schema(_fields_at(at, snapshot_id)), sorted(files))
+
+    def read_changes(
+        self, spark: SparkSession, table: str, *, after_snapshot_id: int | None, snapshot_id: int
+    ) -> DataFrame:
+        """Rows added after snapshot `after_snapshot_id` up to `snapshot_id` (all rows when it is None).
+
+        Raises:
+            NotAppendOnly: files of `after_snapshot_id` were removed in between (overwrite, copy-on-write).
+            ValueError: `after_snapshot_id` is newer than `snapshot_id`, or a snapshot does not exist.
+
+        Example:
+            new = catalog.read_changes(spark, "lake.raw.orders", after_snapshot_id=11, snapshot_id=12)
+        """
+        if after_snapshot_id is None:
+            return self.read_at(spark, table, snapshot_id)
+        if after_snapshot_id > snapshot_id:
+            raise ValueError(f"after_snapshot_id {after_snapshot_id} is newer than snapshot_id {snapshot_id}")
+        now = _current_files(self.paimon_table(table, snapshot_id=snapshot_id), table)
+        before = _current_files(self.paimon_table(table, snapshot_id=after_snapshot_id), table)
+        if gone := len(before.keys() - now.keys()):
+            raise NotAppendOnly(
+                f"{table!r} is not append-only between snapshots {after_snapshot_id} and {snapshot_id}: "
+                f"{gone} file(s) were removed (overwritten); read it whole with read_at"
+            )
+        fields = _fields_at(self.paimon_table(table), snapshot_id)
+        return _writes.frame(spark, _spark_schema(fields), sorted(now.keys() - before.keys()))
+
+    def commits_after(self, table: str, snapshot_id: int | None) -> list[CommitRecord]:
+        """The snapshots of `table` after `snapshot_id` (all when None), newest first, with their tags (a
+        rollback deletes the later snapshots, so undone commits are not among them).
+
+        Raises:
+            ValueError: the table's newest snapshot is older than `snapshot_id`, or the table is gone although
+                `snapshot_id` is given (storage lost commits MetaService knows of).
+
+        Example:
+            for commit in catalog.commits_after("lake.mart.orders_enriched", 4):
+                print(commit.snapshot_id, commit.kind, commit.job_id, commit.barrier)
+        """
+        native = self._open(table)
+        snapshots = None if native is None else native.snapshot_manager()
+        latest = None if snapshots is None else snapshots.get_latest_snapshot()
+        if snapshot_id is not None and (latest is None or latest.id < snapshot_id):
+            raise ValueError(
+                f"{table!r} is at snapshot {None if latest is None else latest.id} in storage, older than snapshot "
+                f"{snapshot_id} that MetaService holds for it: the table was replaced or lost commits; restore it or "
+                "roll the pipeline back"
+            )
+        if snapshots is None or latest is None:
+            return []
+        records = []
+        for number in range(latest.id, 0 if snapshot_id is None else snapshot_id, -1):
+            snapshot = snapshots.get_snapshot_by_id(number)
+            if snapshot is None:
+                break  # expired
+            neutral = snapshot.commit_kind == "COMPACT"
+            records.append(_writes.commit_record(number, snapshot.properties, row_neutral=neutral))
+        return records
+
+    def restore(self, table: str, snapshot_id: int | None, *, metadata: Mapping[str, str] | None = None) -> int:
+        """Roll `table` back to snapshot `snapshot_id` with Paimon's `rollback_to`; returns `snapshot_id`.
+
+        Paimon deletes the later snapshots (their files become unreferenced; `vacuum` removes them), so the
+        table's newest snapshot is `snapshot_id` again and the next commit is `snapshot_id + 1`. `metadata`
+        is only logged: a rollback writes no snapshot to carry it.
+
+        `snapshot_id=None` empties the table instead (a new snapshot removing every file, tagged
+        `metaservice.restores = "none"`): the state before a job's first commit, when an aborted attempt created
+        the table. It returns that snapshot's id.
+
+        Example:
+            catalog.restore("lake.mart.orders_enriched", 4)   # 4
+        """
+        native = self.paimon_table(table)
+        if snapshot_id is None:
+            write_id = uuid.uuid4().hex
+            properties = {**(metadata or {}), _writes.RESTORES_KEY: "none", _writes.WRITE_KEY: write_id}
+            removals = _removals(_current_files(native, table).values())
+            return _commit(native, f"metaservice-{write_id}", _batch_identifier(), removals, properties)
+        latest = native.snapshot_manager().get_latest_snapshot()
+        if latest is None or latest.id != snapshot_id:
+            native.rollback_to(snapshot_id)
+        logger.info("%s rolled back to snapshot %d %s", table, snapshot_id, dict(metadata or {}))
+        return snapshot_id
+
+    def vacuum(
+        self,
+        table: str,
+        client: MetaServiceClient,
+        *,
+        min_orphan_age_seconds: float = 3600,
+        dry_run: bool = False,
+    ) -> list[str]:
+        """Expire snapshots older than every protected one and delete the files only they referenced.
+
+        Protected: MetaService's oldest protected snapshot (in-flight job inputs, live leases, the strong
+        version, the newest) and every Paimon consumer's next snapshot (e.g. a Flink streaming reader); the
+        snapshots of tags keep their files. Data and manifest files no remaining snapshot references are
+        deleted; files no snapshot ever referenced (a write that died before its commit, or commits a
+        rollback removed) only when older than `min_orphan_age_seconds`.
+
+        Returns:
+            The snapshot files, manifests and data files deleted (or that would be, with `dry_run`).
+
+        Example:
+            deleted = catalog.vacuum("lake.mart.orders_enriched", client)
+        """
+        native = self.paimon_table(table)
+        snapshots = native.snapshot_manager()
+        latest = snapshots.get_latest_snapshot()
+        if latest is None:
+            return []
+        oldest = client.retention(table).oldest_protected_snapshot_id
+        floor = latest.id if oldest is None else min(int(oldest), latest.id)
+        consumed = native.consumer_manager().min_next_snapshot()
+        if consumed is not None:
+            floor = min(floor, consumed)
+        earliest = snapshots.try_get_earliest_snapshot()
+        every = [s for i in range(earliest.id, latest.id + 1) if (s := snapshots.get_snapshot_by_id(i)) is not None]
+        tagged = [
+            tag.trim_to_snapshot()
+            for name in native.tag_manager().list_tags()
+            if (tag := native.tag_manager().get(name))
+        ]
+        kept = [s for s in every if s.id >= floor]
+        expired = [s for s in every if s.id < floor]
+        ever_data, ever_meta = _referenced(native, every)
+        live_data, live_meta = _referenced(native, kept + tagged)
+        cutoff = time.time() - min_orphan_age_seconds
+        doomed = [snapshots.get_snapshot_path(s.id) for s in expired]
+        kinds = {"data-": (live_data, ever_data), "manifest-": (live_meta, ever_meta)}  # by file name prefix
+        for path in _files_under(native.table_path):
+            prefix = next((p for p in kinds if os.path.basename(path).startswith(p)), None)
+            if prefix is None:
+                continue
+            live, ever = kinds[prefix]
+            if path not in live and (path in ever or os.stat(path).st_mtime < cutoff):
+                doomed.append(path)
+        if not dry_run:
+            if expired:
+                native.file_io.write_file(f"{snapshots.snapshot_dir}/EARLIEST", str(floor), overwrite=True)
+            for path in doomed:  # snapshot files first: no reader finds an expired snapshot with files gone
+                os.remove(path)
+        return sorted(doomed)
+
+    def arrow_dataset(self, table: str, snapshot_id: int) -> pads.Dataset:
+        """The table at `snapshot_id` as a pyarrow Dataset (lazy over its parquet data files).
+
+        Primary-key tables and tables with deletion vectors are read by pypaimon's own reader instead.
+
+        Example:
+            ds = catalog.arrow_dataset("lake.raw.orders", 12)
+        """
+        import pyarrow.dataset as pads
+        from pypaimon.schema.data_types import PyarrowFieldParser
+
+        at = self.paimon_table(table, snapshot_id=snapshot_id)
+        fields = _fields_at(at, snapshot_id)
+        try:
+            files = _current_files(at, table)
+        except UnsupportedTable:
+            builder = at.new_read_builder()
+            return pads.dataset(builder.new_read().to_arrow(builder.new_scan().plan().splits()))
+        return pads.dataset(sorted(files), schema=PyarrowFieldParser.from_paimon_schema(fields), format="parquet")
+
+    def _warehouse(self, catalog: str) -> PaimonNativeCatalog:
+        if catalog not in self._catalogs:
+            from pypaimon import CatalogFactory
+
+            self._catalogs[catalog] = CatalogFactory.create({"warehouse": os.path.join(self.root, catalog)})
+        return self._catalogs[catalog]
+
+    def _open(self, table: str) -> FileStoreTable | None:
+        from pypaimon.catalog.catalog_exception import TableNotExistException
+
+        catalog, database, name = _writes.split_name(table)
+        try:
+            native = self._warehouse(catalog).get_table(f"{database}.{name}")
+        except TableNotExistException:
+            return None
+        assert _is_file_store_table(native)
+        return native
+
+    def _create(self, table: str, schema: StructType) -> FileStoreTable:
+        """Create the table (racing creators: the loser opens the winner's table and checks its schema)."""
+        from pypaimon import Schema
+
+        catalog, database, name = _writes.split_name(table)
+        warehouse = self._warehouse(catalog)
+        warehouse.create_database(database, True)
+        warehouse.create_table(
+            f"{database}.{name}", Schema.from_pyarrow_schema(_arrow_schema(schema), options=_TABLE_OPTIONS), True
+        )
+        native = self._open(table)
+        assert native is not None
+        _writes.resolve_schema(table, _spark_schema(native.table_schema.fields), schema, Append())
+        return native
+
+    def _add_columns(self, table: str, native: FileStoreTable, schema: StructType) -> FileStoreTable:
+        """Add the columns of `schema` the table lacks (schema policy `merge`), as one Paimon schema change."""
+        from pypaimon.schema.data_types import PyarrowFieldParser
+        from pypaimon.schema.schema_change import SchemaChange
+
+        have = {f.name for f in native.table_schema.fields}
+        arrow = _arrow_schema(schema)
+        changes = [
+            SchemaChange.add_column(f.name, PyarrowFieldParser.to_paimon_type(f.type, True))
+            for f in arrow
+            if f.name not in have
+        ]
+        catalog, database, name = _writes.split_name(table)
+        self._warehouse(catalog).alter_table(f"{database}.{name}", changes)
+        reopened = self._open(table)
+        assert reopened is not None
+        return reopened
+
+
+def _is_file_store_table(native: Any) -> bool:
+    from pypaimon.table.file_store_table import FileStoreTable
+
+    return isinstance(native, FileStoreTable)
+
+
+def _batch_identifier() -> int:
+    from pypaimon.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER
+
+    return int(BATCH_COMMIT_IDENTIFIER)
+
+
+def _write_task(
+    location: str, user: str, identifier: int, schema: pa.Schema
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    """What each Spark task runs: write its rows with pypaimon, return the commit messages (pickled)."""
+
+    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        import pyarrow as pa
+        from pypaimon.table.file_store_table import FileStoreTable
+
+        native = FileStoreTable.from_path(location)
+        writer = native.new_stream_write_builder()._with_commit_user(user).new_write()
+        try:
+            for batch in batches:
+                if batch.num_rows:
+                    writer.write_arrow(pa.Table.from_batches([batch]).cast(schema))
+            messages = [m for m in writer.prepare_commit(identifier) if not m.is_empty()]
+        finally:
+            writer.close()
+        yield pa.RecordBatch.from_pydict(
+            {"messages": [pickle.dumps(messages)]}, schema=pa.schema([("messages", pa.binary())])
+        )
+
+    return write
+
+
+def _removals(files: Iterable[_File]) -> list[CommitMessage]:
+    """Commit messages removing `files`, one per (partition, bucket)."""
+    from pypaimon.write.commit_message import CommitMessage
+
+    grouped: dict[tuple[tuple[Any, ...], int], list[DataFileMeta]] = {}
+    for file in files:
+        grouped.setdefault((file.partition, file.bucket), []).append(file.meta)
+    return [
+        CommitMessage(partition=p, bucket=b, new_files=[], deleted_files=metas) for (p, b), metas in grouped.items()
+    ]
+
+
+def _commit(
+    native: FileStoreTable, user: str, identifier: int, messages: list[CommitMessage], properties: dict[str, str]
+) -> int:
+    """One snapshot of `messages` as commit `(user, identifier)`; returns its id (Paimon retries lost races)."""
+    from pypaimon.write.commit_callback import CommitCallback
+
+    class Recorder(CommitCallback):  # type: ignore[misc]
+        snapshot_id: int | None = None
+
+        def call(self, context: Any) -> None:
+            self.snapshot_id = context.snapshot.id
+
+    recorder = Recorder()
+    commit = native.new_stream_write_builder()._with_commit_user(user).new_commit()
+    commit.add_commit_callback(recorder)
+    try:
+        commit.commit(messages, identifier, snapshot_properties=properties)
+    finally:
+        commit.close()
+    if recorder.snapshot_id is None:
+        raise RuntimeError(f"the commit of {user}/{identifier} produced no snapshot of {native.table_path}")
+    return recorder.snapshot_id
+
+
+def _tagged_snapshot(native: FileStoreTable, *, app_id: str, barrier: int) -> int | None:
+    """The newest snapshot with commit user `app_id` and identifier `barrier`, scanning back from the latest."""
+    snapshots = native.snapshot_manager()
+    latest = snapshots.get_latest_snapshot()
+    if latest is None:
+        return None
+    earliest = snapshots.try_get_earliest_snapshot()
+    for snapshot_id in range(latest.id, earliest.id - 1, -1):
+        snapshot = snapshots.get_snapshot_by_id(snapshot_id)
+        if snapshot is None or snapshot.commit_user != app_id:
+            continue
+        if snapshot.commit_identifier == barrier:
+            return snapshot_id
+        if snapshot.commit_identifier < barrier:
+            return None  # a job commits its barriers in order: older ones follow
+    return None
+
+
+def _current_files(native: FileStoreTable, table: str) -> dict[str, _File]:
+    """Data files of the table's (time-travelled) snapshot by path; UnsupportedTable when files alone mislead."""
+    if native.is_primary_key_table:
+        raise UnsupportedTable(f"{table!r} is a primary-key table (merge on read); read it with paimon_table")
+    if native.options.deletion_vectors_enabled():
+        raise UnsupportedTable(f"{table!r} uses deletion vectors; read it with paimon_table")
+    files: dict[str, _File] = {}
+    for split in native.new_read_builder().new_scan().plan().splits():
+        partition = tuple(split.partition.values) if split.partition is not None else ()
+        for meta in split.files:
+            files[os.path.normpath(meta.file_path)] = _File(partition, split.bucket, meta)
+    return files
+
+
+def _fields_at(native: FileStoreTable, snapshot_id: int) -> list[Any]:
+    snapshot = native.snapshot_manager().get_snapshot_by_id(snapshot_id)
+    schema = native.schema_manager.get_schema(snapshot.schema_id) if snapshot is not None else None
+    return list((schema or native.table_schema).fields)
+
+
+def _referenced(native: FileStoreTable, snapshots: list[Snapshot]) -> tuple[set[str], set[str]]:
+    """Data files, and manifest lists and manifests, that `snapshots` reference (local paths)."""
+    from pypaimon.manifest.manifest_list_manager import ManifestListManager
+
+    lists = ManifestListManager(native)
+    manifest_dir = os.path.join(native.table_path, "manifest")
+    data: set[str] = set()
+    meta: set[str] = set()
+    for snapshot in snapshots:
+        for name in (snapshot.base_manifest_list, snapshot.delta_manifest_list, snapshot.changelog_manifest_list):
+            if name:
+                meta.add(os.path.join(manifest_dir, name))
+        if snapshot.index_manifest:
+            meta.add(os.path.join(manifest_dir, snapshot.index_manifest))
+        for manifest in lists.read_all(snapshot):
+            meta.add(os.path.join(manifest_dir, manifest.file_name))
+        travelled = native.copy({"scan.snapshot-id": str(snapshot.id)})
+        data.update(_current_files(travelled, str(native.identifier)))
+    return data, meta
+
+
+def _files_under(directory: str) -> list[str]:
+    return [os.path.normpath(os.path.join(root, name)) for root, _dirs, names in os.walk(directory) for name in names]
+
+
+def _arrow_schema(schema: StructType) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def _spark_schema(fields: list[Any]) -> StructType:
+    """Paimon fields as Spark sees them."""
+    from pypaimon.schema.data_types import PyarrowFieldParser
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(PyarrowFieldParser.from_paimon_schema(fields), prefer_timestamp_ntz=True)

@@ -1,0 +1,441 @@
+"""Issue 12, cases 1-7: consistency when pipelines change, over HTTP against the real server.
+
+Each test replays a sequence of the issue as written there (bN = the Nth barrier issued, "report" =
+`POST /tables/…/snapshots`, "issue" = `POST /barriers`) and asserts what docs/design.md "Rules for a changing
+lineage" say must happen instead. Case 8 (the client across an abort) lives with the Spark tests.
+
+Every answer goes through `tests.model.wire.Wire`: no 5xx, every 4xx a problem document with a `code`, and
+each call names the outcomes it accepts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.model.wire import Answer, Wire, path
+
+R, R1, R2, S = "lake.raw.r", "lake.raw.r1", "lake.raw.r2", "lake.raw.s"
+X, X1, X2, Y, Z, W, T = (
+    "lake.mart.x",
+    "lake.mart.x1",
+    "lake.mart.x2",
+    "lake.mart.y",
+    "lake.mart.z",
+    "lake.mart.w",
+    "lake.mart.t",
+)
+
+
+class Flow:
+    """Drives the API like a user of the issue did; every call states the outcomes it accepts."""
+
+    def __init__(self, api: httpx.Client) -> None:
+        self.wire = Wire(api)
+
+    def register(self, job: str, *, sources: Iterable[str] = (), sinks: Iterable[str] = ()) -> None:
+        for table in sources:
+            self.wire.post(f"/register/source/{job}/{path(table)}", expect=(200, 201))
+        for table in sinks:
+            self.wire.post(f"/register/sink/{job}/{path(table)}", expect=(200, 201))
+
+    def report(self, table: str, snapshot_id: int) -> None:
+        self.wire.post(f"/tables/{path(table)}/snapshots", {"snapshot_id": snapshot_id}, expect=(200,))
+
+    def issue(self) -> int:
+        return int(self.wire.post("/barriers", {}, expect=(201,)).json()["barrier"])
+
+    def next(self, job: str, roots: Mapping[str, int] | None = None) -> dict[str, Any]:
+        body = {"root_snapshots": dict(roots or {})}
+        return self.wire.post(f"/jobs/{job}/barriers/next", body, expect=(200,)).json()
+
+    def process(self, job: str, roots: Mapping[str, int] | None = None) -> dict[str, Any]:
+        decision = self.next(job, roots)
+        assert decision["action"] == "process", decision
+        return decision
+
+    def commit(self, job: str, barrier: int, snapshots: Mapping[str, int]) -> Answer:
+        return self.wire.post(f"/jobs/{job}/barriers/{barrier}/commit", {"snapshots": dict(snapshots)}, expect=(200,))
+
+    def abort(self, job: str, barrier: int) -> Answer:
+        return self.wire.post(f"/jobs/{job}/barriers/{barrier}/abort", {"reason": "test"}, expect=(200,))
+
+    def run(self, job: str, snapshots: Mapping[str, int], roots: Mapping[str, int] | None = None) -> int:
+        """`next` must hand out a barrier; commit `snapshots` for it; return the barrier."""
+        barrier = int(self.process(job, roots)["barrier"])
+        self.commit(job, barrier, snapshots)
+        return barrier
+
+    def unregister(self, job: str) -> None:
+        assert self.wire.post(f"/unregister/{job}", expect=(200,)).json()["status"] == "unregistered"
+
+    def versions(self, tables: list[str], consistency: str) -> Answer:
+        body = {"tables": tables, "consistency": consistency}
+        return self.wire.post("/versions", body, expect=(200, "no_consistent_version"))
+
+    def weak(self, tables: list[str]) -> dict[str, Any]:
+        answer = self.versions(tables, "weak")
+        assert answer.status == 200, answer.body
+        return {"barrier": answer.json()["barrier"], "versions": answer.json()["versions"]}
+
+    def strong(self, tables: list[str]) -> int | None:
+        """The strong barrier of `tables`, None while there is none (404 no_consistent_version)."""
+        answer = self.versions(tables, "strong")
+        return int(answer.json()["barrier"]) if answer.status == 200 else None
+
+    def barriers(self) -> list[int]:
+        """Every barrier issued, newest first."""
+        listed = self.wire.get("/barriers", params={"limit": 1000}, expect=(200,)).json()["barriers"]
+        return [int(b["barrier"]) for b in listed]
+
+    def ranges(self, table: str) -> list[dict[str, Any]]:
+        return list(self.wire.get(f"/tables/{path(table)}/barriers", expect=(200,)).json()["ranges"])
+
+    def table(self, table: str) -> dict[str, Any]:
+        return self.wire.get(f"/tables/{path(table)}", expect=(200,)).json()
+
+    def job(self, job: str) -> dict[str, Any]:
+        return self.wire.get(f"/jobs/{job}", expect=(200,)).json()
+
+    def answers_pairing(self, table: str, snapshot_id: int, *, after: int, subsets: list[list[str]]) -> list[Any]:
+        """Every /versions answer (weak and strong) over `subsets` that holds `table` at `snapshot_id` at a barrier
+        after `after`: the reads the issue found that were never produced together."""
+        found = []
+        for tables in subsets:
+            for consistency in ("weak", "strong"):
+                answer = self.versions(tables, consistency)
+                if answer.status != 200:
+                    continue
+                body = answer.json()
+                if body["barrier"] > after and body["versions"].get(table) == snapshot_id:
+                    found.append((consistency, tables, body))
+        return found
+
+
+@pytest.fixture(name="flow")
+def fx_flow(api: httpx.Client) -> Flow:
+    return Flow(api)
+
+
+def inputs(**snapshots: tuple[int, int | None]) -> dict[str, dict[str, int | None]]:
+    """`inputs(r=(2, 1))` → {"lake.raw.r": {"snapshot_id": 2, "previous_snapshot_id": 1}} (names from this module)."""
+    names = {"r": R, "r1": R1, "r2": R2, "x1": X1, "x2": X2}
+    return {names[k]: {"snapshot_id": v[0], "previous_snapshot_id": v[1]} for k, v in snapshots.items()}
+
+
+# --- case 1: writer hand-over, revival, a root that gets a writer ---------------------------------------------------
+
+
+def test_case_1_a_new_writer_of_a_table_with_history_starts_after_it_and_can_commit_abort_and_leave(
+    flow: Flow,
+) -> None:
+    flow.register("J", sources=[R], sinks=[X])
+    flow.report(R, 1)
+    b1 = flow.issue()
+    assert flow.run("J", {X: 10}) == b1
+    flow.unregister("J")
+    flow.register("K", sources=[R], sinks=[X])
+
+    handed = flow.process("K")  # rule 3: after X's history (b1); rule 6: the hand-over needs a barrier
+    assert handed["barrier"] > b1, handed
+    assert flow.barriers() == [handed["barrier"], b1]  # no barrier was issued since b1: `next` issued one
+    assert handed["inputs"] == inputs(r=(1, None))
+    assert handed["sinks"] == {X: {"previous_snapshot_id": 10}}
+    flow.commit("K", handed["barrier"], {X: 11})
+    assert flow.weak([R, X]) == {"barrier": handed["barrier"], "versions": {R: 1, X: 11}}
+
+    later = flow.process("K", {R: 2})
+    assert later["barrier"] > handed["barrier"] and later["inputs"] == inputs(r=(2, 1))
+    flow.abort("K", later["barrier"])
+    flow.unregister("K")
+
+
+def test_case_1_a_revived_writer_processes_the_next_barrier_and_reads_stay_where_the_table_was_built(
+    flow: Flow,
+) -> None:
+    flow.register("J", sources=[R], sinks=[X])
+    flow.report(R, 1)
+    b1 = flow.issue()
+    assert flow.run("J", {X: 10}) == b1
+    flow.unregister("J")
+    flow.report(R, 2)
+    b2 = flow.issue()
+    flow.register("J", sources=[R], sinks=[X])
+
+    built_together = {"barrier": b1, "versions": {R: 1, X: 10}}  # X=10 was built from R=1, never from R=2
+    assert flow.weak([R, X]) == built_together
+    revived = flow.process("J")
+    assert (revived["barrier"], revived["inputs"]) == (b2, inputs(r=(2, 1)))
+    assert flow.weak([R, X]) == built_together  # still, while b2 is in flight
+    flow.commit("J", b2, {X: 11})
+    assert flow.weak([R, X]) == {"barrier": b2, "versions": {R: 2, X: 11}}
+
+
+def test_case_1_a_root_that_gets_a_writer_lets_its_first_barrier_be_committed_and_a_later_one_aborted(
+    flow: Flow,
+) -> None:
+    flow.register("dashboard", sources=[R, Y])  # R and Y are roots; Y holds data written outside MetaService
+    flow.report(R, 1)
+    flow.report(Y, 7)
+    b1 = flow.issue()
+    flow.register("N", sources=[R], sinks=[Y])
+
+    first = flow.process("N")
+    assert first["barrier"] > b1, first  # after Y's seals, which stop at b1
+    assert flow.barriers() == [first["barrier"], b1]  # issued by that `next` (rule 6)
+    assert first["inputs"] == inputs(r=(1, None))
+    flow.commit("N", first["barrier"], {Y: 8})
+    assert flow.weak([Y]) == {"barrier": first["barrier"], "versions": {Y: 8}}
+
+    later = flow.process("N", {R: 2})
+    assert later["barrier"] > first["barrier"]
+    flow.abort("N", later["barrier"])
+    flow.unregister("N")
+
+
+# --- case 2: a source added to a running job -------------------------------------------------------------------------
+
+
+def test_case_2_a_job_that_gains_a_source_processes_the_next_barrier_with_it(flow: Flow) -> None:
+    flow.register("J", sources=[R1], sinks=[X])
+    flow.register("other", sources=[R2])  # R2 is registered and holds data before J reads it
+    flow.report(R1, 1)
+    flow.report(R2, 5)
+    b1 = flow.issue()
+    assert flow.run("J", {X: 10}) == b1
+    before_the_change = {"barrier": b1, "versions": {R1: 1, R2: 5, X: 10}}
+    assert flow.weak([R1, R2, X]) == before_the_change
+
+    flow.register("J", sources=[R2])
+    b2 = flow.issue()
+    subsets = [[R1, R2, X], [R2, X]]
+    assert flow.answers_pairing(X, 10, after=b1, subsets=subsets) == []  # X=10 never read R2
+    assert flow.weak([R1, R2, X]) == before_the_change
+    added = flow.process("J")
+    assert (added["barrier"], added["inputs"]) == (b2, inputs(r1=(1, 1), r2=(5, None)))
+    assert flow.answers_pairing(X, 10, after=b1, subsets=subsets) == []
+    assert flow.weak([R1, R2, X]) == before_the_change
+    flow.commit("J", b2, {X: 11})
+    assert flow.weak([R1, R2, X]) == {"barrier": b2, "versions": {R1: 1, R2: 5, X: 11}}
+
+
+def test_case_2_a_job_whose_added_source_has_no_data_yet_waits_and_processes_once_it_has(flow: Flow) -> None:
+    flow.register("J", sources=[R1], sinks=[X])
+    flow.report(R1, 1)
+    b1 = flow.issue()
+    assert flow.run("J", {X: 10}) == b1
+    flow.register("J", sources=[R2])  # R2 has no snapshot yet
+
+    issued, waits = [], []
+    for _ in range(3):
+        issued.append(flow.issue())
+        decision = flow.next("J")
+        assert decision["action"] in ("wait", "idle"), decision  # never `process` without R2, never a 4xx
+        waits += [decision] if decision["action"] == "wait" else []
+    flow.report(R2, 5)
+    sealing = flow.issue()
+
+    processed = flow.process("J")  # no wait forever
+    assert (processed["barrier"], processed["inputs"]) == (sealing, inputs(r1=(1, 1), r2=(5, None)))
+    assert set(processed["skipped"]) <= set(issued)  # earlier barriers were skipped or never offered
+    flow.commit("J", sealing, {X: 11})
+    assert flow.weak([R1, R2, X]) == {"barrier": sealing, "versions": {R1: 1, R2: 5, X: 11}}
+    assert flow.next("J")["action"] == "idle"
+    assert all(R2 in wait.get("waiting_for", ()) for wait in waits), waits  # a wait names what it waits for
+
+
+# --- case 3: a sink added where the table already holds data ---------------------------------------------------------
+
+
+def test_case_3_a_sink_added_to_a_running_job_is_written_by_it_and_never_shows_the_roots_data_as_its_output(
+    flow: Flow,
+) -> None:
+    flow.register("J", sources=[R], sinks=[X])
+    flow.register("dashboard", sources=[Y])  # Y is a root holding snapshot 7
+    flow.report(R, 1)
+    flow.report(Y, 7)
+    b1 = flow.issue()
+    assert flow.run("J", {X: 10}) == b1
+    flow.register("J", sinks=[Y])
+    b2 = flow.issue()
+
+    added = flow.process("J")
+    assert added["barrier"] == b2, added  # not `idle`: the job's sinks changed (rule 4)
+    assert set(added["sinks"]) == {X, Y} and added["inputs"] == inputs(r=(1, 1))
+    subsets = [[Y], [X, Y], [R, Y], [R, X, Y]]
+    assert flow.answers_pairing(Y, 7, after=b2 - 1, subsets=subsets) == []  # Y=7 is not J's output at b2
+    single = flow.wire.get(f"/version/weak/{path(Y)}", expect=(200, "no_consistent_version"))
+    assert single.status != 200 or single.json()["barrier"] < b2, single.body
+
+    flow.commit("J", b2, {X: 11, Y: 8})
+    assert flow.weak([Y]) == {"barrier": b2, "versions": {Y: 8}}
+    assert flow.weak([R, X, Y]) == {"barrier": b2, "versions": {R: 1, X: 11, Y: 8}}
+    assert flow.answers_pairing(Y, 7, after=b2 - 1, subsets=subsets) == []
+
+
+# --- case 4: one abort skips exactly that barrier --------------------------------------------------------------------
+
+
+def test_case_4_after_an_abort_the_next_barrier_with_the_data_is_processed(flow: Flow) -> None:
+    flow.register("J", sources=[R], sinks=[X])
+    flow.register("K", sources=[R], sinks=[Y])
+    flow.report(R, 1)
+    b1 = flow.issue()
+    assert flow.run("J", {X: 10}) == b1
+    assert flow.run("K", {Y: 20}) == b1
+    flow.report(R, 2)
+    b2 = flow.issue()
+    assert flow.process("J")["barrier"] == b2
+    flow.abort("J", b2)
+    assert flow.run("K", {Y: 21}) == b2
+    b3, _, b5 = flow.issue(), flow.issue(), flow.issue()  # R unchanged
+
+    retried = flow.process("J")
+    assert (retried["barrier"], retried["inputs"]) == (b3, inputs(r=(2, 1)))
+    flow.commit("J", b3, {X: 11})
+    never = [(r["first_barrier"], r["last_barrier"]) for r in flow.ranges(X) if r["snapshot_id"] is None]
+    assert never == [(b2, b2)]  # only b2 is aborted in X
+
+    assert flow.next("J")["action"] == "idle"
+    assert flow.next("K")["action"] == "idle"
+    assert flow.strong([Y]) == b5
+    assert flow.weak([R, X, Y]) == {"barrier": b5, "versions": {R: 2, X: 11, Y: 21}}
+
+
+# --- case 5: strong never goes back without a rollback ---------------------------------------------------------------
+
+
+def assert_never_goes_back(answers: list[int | None]) -> None:
+    """Strong answers in the order they were given: no 404 after the first answer, and never an older barrier."""
+    first = next((i for i, a in enumerate(answers) if a is not None), len(answers))
+    given = [a for a in answers[first:] if a is not None]
+    assert len(given) == len(answers) - first, f"strong answered nothing after answering: {answers}"
+    assert given == sorted(given), f"strong went back in time: {answers}"
+
+
+def test_case_5_registering_a_reader_of_a_lagging_table_does_not_move_strong_back(flow: Flow) -> None:
+    flow.register("J1", sources=[R1], sinks=[X1])
+    flow.register("J2", sources=[R2], sinks=[X2])
+    flow.report(R1, 1)
+    flow.report(R2, 1)
+    b1 = flow.issue()
+    assert flow.run("J1", {X1: 10}) == flow.run("J2", {X2: 20}) == b1
+    flow.run("J1", {X1: 11}, roots={R1: 2})
+    b3 = flow.run("J1", {X1: 12}, roots={R1: 3})
+    answers = [flow.strong([X1])]
+    assert answers == [b3]
+
+    flow.register("N", sources=[X1, X2])  # X2 completed only b1; N never runs
+    answers.append(flow.strong([X1]))
+    flow.run("J1", {X1: 13}, roots={R1: 4})
+    answers.append(flow.strong([X1]))
+    flow.issue()
+    assert flow.next("J1")["action"] == "idle"
+    answers.append(flow.strong([X1]))
+    assert all(a is not None and a >= b3 for a in answers), answers
+    assert_never_goes_back(answers)
+
+
+def test_case_5_a_late_commit_of_a_new_job_does_not_move_strong_back(flow: Flow) -> None:
+    flow.register("J", sources=[R], sinks=[X])
+    flow.report(R, 1)
+    b1 = flow.issue()
+    assert flow.run("J", {X: 10}) == b1
+    answers = [flow.strong([X])]
+    assert answers == [b1]
+
+    flow.register("M", sources=[R], sinks=[W])
+    late = flow.process("M")  # the new job's first barrier stays in flight while the others move on
+    assert late["barrier"] >= b1
+    answers.append(flow.strong([X]))
+    for snapshot in (2, 3):
+        flow.run("J", {X: 8 + snapshot}, roots={R: snapshot})
+        answers.append(flow.strong([X]))
+    flow.commit("M", late["barrier"], {W: 1})
+    answers.append(flow.strong([X]))
+    for snapshot in range(2, 10):  # M catches up
+        decision = flow.next("M")
+        if decision["action"] != "process":
+            break
+        flow.commit("M", decision["barrier"], {W: snapshot})
+        answers.append(flow.strong([X]))
+    assert decision["action"] == "idle", decision
+    assert_never_goes_back(answers)
+    assert flow.strong([X]) == flow.barriers()[0]
+
+
+# --- case 6: a job with a sink and no sources ------------------------------------------------------------------------
+
+
+def test_case_6_an_ingestion_job_without_sources_processes_barriers_and_its_table_is_readable(flow: Flow) -> None:
+    flow.register("ingest", sinks=[T])
+
+    first = flow.process("ingest")  # rule 6: its first barrier is issued by this call
+    assert flow.barriers() == [first["barrier"]]
+    assert first["inputs"] == {} and first["sinks"] == {T: {"previous_snapshot_id": None}}
+    flow.commit("ingest", first["barrier"], {T: 1})
+    assert flow.weak([T]) == {"barrier": first["barrier"], "versions": {T: 1}}
+    assert flow.strong([T]) == first["barrier"]
+    reported = flow.wire.post(f"/tables/{path(T)}/snapshots", {"snapshot_id": 2}, expect=("not_root",))
+    assert reported.json()["writer"] == "ingest"
+    assert flow.next("ingest")["action"] == "idle"
+
+    flow.issue()
+    newest = flow.issue()
+    again = flow.process("ingest")  # rule 8: the newest barrier after its last one
+    assert again["barrier"] == newest
+    flow.commit("ingest", newest, {T: 2})
+    assert flow.next("ingest")["action"] == "idle"
+    assert flow.weak([T]) == {"barrier": newest, "versions": {T: 2}}
+
+
+# --- case 7: an answer of 4xx means nothing happened -----------------------------------------------------------------
+
+
+def test_case_7_a_next_answered_with_an_error_reports_nothing_and_issues_no_barrier(flow: Flow) -> None:
+    flow.register("J", sources=[R], sinks=[X])
+    flow.register("other", sources=[S])  # S: a registered root that J does not read
+    flow.register("writer", sources=[R], sinks=[Z])  # Z: a table a job writes
+    flow.register("gone", sources=[R], sinks=[W])
+    flow.unregister("gone")
+    flow.report(R, 1)
+    flow.report(S, 1)
+    b1 = flow.issue()
+    assert flow.run("J", {X: 10}) == b1
+
+    refused = [
+        ("J", {R: 2, "lake.raw.unknown": 1}, 404, "not_found"),
+        ("J", {R: 2, Z: 5}, 409, "not_root"),
+        ("gone", {R: 2}, 409, "job_unregistered"),
+        ("J", {R: 2, S: 2}, 422, "invalid_request"),
+    ]
+    for job, roots, status, code in refused:
+        answer = flow.wire.post(f"/jobs/{job}/barriers/next", {"root_snapshots": roots}, expect=(status,))
+        assert answer.code == code, (job, roots, answer.body)
+        assert flow.barriers() == [b1], (job, roots, "a refused next issued a barrier")
+        latest = {name: flow.table(name)["latest_snapshot_id"] for name in (R, S)}
+        assert latest == {R: 1, S: 1}, (job, roots, "a refused next applied its root snapshots")
+        assert flow.job("J")["in_flight_barrier"] is None
+
+
+def test_case_7_a_commit_answered_with_an_error_leaves_the_barrier_in_flight_and_the_sink_unchanged(
+    flow: Flow,
+) -> None:
+    flow.register("J", sources=[R], sinks=[X])
+    flow.register("writer", sources=[R], sinks=[Z])
+    flow.report(R, 1)
+    assert flow.run("J", {X: 10}) > 0
+    barrier = flow.process("J", {R: 2})["barrier"]
+    ranges = flow.ranges(X)
+
+    for wrong in ({X: 11, Z: 3}, {}, {Z: 3}):
+        url = f"/jobs/J/barriers/{barrier}/commit"
+        answer = flow.wire.post(url, {"snapshots": wrong}, expect=(422,))
+        assert answer.code == "invalid_request", answer.body
+        assert flow.job("J")["in_flight_barrier"] == barrier
+        assert flow.ranges(X) == ranges
+    flow.commit("J", barrier, {X: 11})
+    assert flow.weak([X]) == {"barrier": barrier, "versions": {X: 11}}

@@ -1,0 +1,350 @@
+"""OpenLineage out: real servers with METASERVICE_OPENLINEAGE_URL pointing at a capture server the test runs (a
+real HTTP server on a socket), driven over HTTP. Events are awaited by polling the capture server with a
+deadline."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema_rs
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests import support
+
+ORDERS, CUSTOMERS, ENRICHED = "lake.raw.orders", "lake.raw.customers", "lake.mart.orders_enriched"
+# Documented in docs/design.md ("OpenLineage out"): run id = uuid5(this, "<namespace>/<job id>/<barrier>").
+RUN_ID_NAMESPACE = uuid.UUID("6f0e2a7c-4d0b-5b8e-9a51-3c2f1d7e8b90")
+NAMESPACE = "ms-test"
+FACET_SCHEMAS = support.REPO / "docs" / "openlineage" / "facets"
+
+
+def assert_facet(name: str, facet: dict[str, Any]) -> None:
+    """`facet` is what the shipped JSON Schema `docs/openlineage/facets/<name>.json` describes, under its URL."""
+    document = json.loads((FACET_SCHEMAS / f"{name}.json").read_text())
+    assert facet["_schemaURL"] == f"{document['$id']}#/$defs/{name}"
+    own = document["$defs"][name]["allOf"][1]  # the facet's own fields (the first part is OpenLineage's base)
+    jsonschema_rs.validate(own, facet)
+
+
+class Capture:
+    """An HTTP server on a free loopback port that records every POST. It answers the statuses queued in
+    `answers` first, then 200."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[str, dict[str, str], Any]] = []
+        self.answers: list[int] = []
+        self.lock = threading.Lock()
+        capture = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with capture.lock:
+                    capture.requests.append((self.path, dict(self.headers), body))
+                    status = capture.answers.pop(0) if capture.answers else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                del format, args
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def events(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [body for _, _, body in self.requests]
+
+    def wait_for(self, what: str, predicate: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
+        support.wait_until(lambda: predicate(self.events()), timeout=30, what=what)
+        return self.events()
+
+    def clear(self) -> None:
+        with self.lock:
+            self.requests.clear()
+            self.answers.clear()
+
+
+@pytest.fixture(scope="module", name="capture")
+def fx_capture() -> Iterator[Capture]:
+    capture = Capture()
+    capture.thread.start()
+    yield capture
+    capture.server.shutdown()
+    capture.server.server_close()
+
+
+def start_server(database_url: str, log_dir: Path, **settings: str) -> support.ServerProcess:
+    env = {f"METASERVICE_{name.upper()}": value for name, value in settings.items()}
+    return support.ServerProcess(database_url, env=env, log_path=log_dir / f"server-{time.monotonic_ns()}.log").start()
+
+
+@pytest.fixture(scope="module", name="emitting")
+def fx_emitting(
+    database_url: str, capture: Capture, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[httpx.Client, httpx.Client]]:
+    """Two server processes on the worker's database, both sending to the capture server."""
+    logs = Path(tmp_path_factory.mktemp("ol-out"))
+    settings = {
+        "openlineage_url": capture.url,
+        "openlineage_namespace": NAMESPACE,
+        "openlineage_dataset_namespace": "s3://lake",
+        "openlineage_api_key": "secret-key",
+        "openlineage_backoff_seconds": "0.05",
+        "openlineage_attempts": "3",
+    }
+    servers = [start_server(database_url, logs, **settings) for _ in range(2)]
+    with (
+        httpx.Client(base_url=servers[0].base_url, timeout=30) as a,
+        httpx.Client(base_url=servers[1].base_url, timeout=30) as b,
+    ):
+        yield a, b
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture(name="servers")
+def fx_servers(
+    emitting: tuple[httpx.Client, httpx.Client], capture: Capture, api: httpx.Client
+) -> Iterator[tuple[httpx.Client, httpx.Client]]:
+    """The emitting servers, with an empty capture and (through `api`) an empty database after the test."""
+    del api
+    capture.clear()
+    yield emitting
+
+
+def ok(response: httpx.Response, status: int = 200) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    return dict(response.json())
+
+
+def register(api: httpx.Client, job: str, sources: list[str], sinks: list[str]) -> None:
+    for role, tables in (("source", sources), ("sink", sinks)):
+        for table in tables:
+            assert api.post(f"/register/{role}/{job}/{table.replace('.', '/')}").status_code in (200, 201)
+
+
+def process(api: httpx.Client, job: str, **roots: int) -> int:
+    decision = ok(api.post(f"/jobs/{job}/barriers/next", json={"root_snapshots": roots}))
+    assert decision["action"] == "process", decision
+    return int(decision["barrier"])
+
+
+def counters(api: httpx.Client) -> dict[str, float]:
+    families = text_string_to_metric_families(api.get("/metrics").text)
+    return {s.name: s.value for f in families for s in f.samples if s.name.startswith("metaservice_openlineage_")}
+
+
+def of_barrier(events: list[dict[str, Any]], barrier: int) -> list[dict[str, Any]]:
+    return [e for e in events if e["run"]["facets"]["metaservice_barrier"]["barrier"] == barrier]
+
+
+def test_a_commit_is_sent_as_a_complete_run_event_with_snapshots_and_barrier(
+    servers: tuple[httpx.Client, httpx.Client], capture: Capture
+) -> None:
+    api, _ = servers
+    register(api, "enrich", [ORDERS], [ENRICHED])
+    barrier = process(api, "enrich", **{ORDERS: 3})
+    ok(api.post(f"/jobs/enrich/barriers/{barrier}/commit", json={"snapshots": {ENRICHED: 7}}))
+    ok(api.post(f"/jobs/enrich/barriers/{barrier}/commit", json={"snapshots": {ENRICHED: 7}}))  # a repeat: no event
+    second = process(api, "enrich", **{ORDERS: 5})
+    ok(api.post(f"/jobs/enrich/barriers/{second}/commit", json={"snapshots": {ENRICHED: 8}}))
+
+    events = capture.wait_for("two COMPLETE events", lambda e: len(e) >= 2)
+    path, headers, _ = capture.requests[0]
+    assert path == "/api/v1/lineage" and headers["Authorization"] == "Bearer secret-key"
+    [event] = of_barrier(events, barrier)
+    assert event["eventType"] == "COMPLETE"
+    assert event["job"] == {"namespace": NAMESPACE, "name": "enrich", "facets": {}}
+    assert event["run"]["runId"] == str(uuid.uuid5(RUN_ID_NAMESPACE, f"{NAMESPACE}/enrich/{barrier}"))
+    assert event["run"]["facets"]["metaservice_barrier"]["status"] == "committed"
+    nominal = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=barrier)
+    assert datetime.fromisoformat(event["run"]["facets"]["nominalTime"]["nominalStartTime"]) == nominal
+    [read] = event["inputs"]
+    assert (read["namespace"], read["name"]) == ("s3://lake", ORDERS)
+    assert read["facets"]["version"]["datasetVersion"] == "3"
+    assert read["inputFacets"]["metaservice_snapshot"]["snapshotId"] == 3
+    assert "previousSnapshotId" not in read["inputFacets"]["metaservice_snapshot"]  # the first read
+    [written] = event["outputs"]
+    assert (written["name"], written["facets"]["version"]["datasetVersion"]) == (ENRICHED, "7")
+    assert written["outputFacets"]["metaservice_snapshot"]["snapshotId"] == 7
+    assert_facet("BarrierRunFacet", event["run"]["facets"]["metaservice_barrier"])
+    assert_facet("SnapshotInputDatasetFacet", read["inputFacets"]["metaservice_snapshot"])
+    assert_facet("SnapshotOutputDatasetFacet", written["outputFacets"]["metaservice_snapshot"])
+
+    [later] = of_barrier(events, second)
+    assert later["inputs"][0]["inputFacets"]["metaservice_snapshot"] == {
+        **later["inputs"][0]["inputFacets"]["metaservice_snapshot"],
+        "snapshotId": 5,
+        "previousSnapshotId": 3,
+    }
+    assert len(capture.events()) == 2
+
+
+def test_aborts_by_the_job_are_fail_and_by_the_server_abort(
+    servers: tuple[httpx.Client, httpx.Client], capture: Capture
+) -> None:
+    """FAIL when the job gives its barrier up; ABORT when a lineage change, an unregister or a rollback does."""
+    api, _ = servers
+    register(api, "enrich", [ORDERS], [ENRICHED])
+    committed = process(api, "enrich", **{ORDERS: 1})
+    ok(api.post(f"/jobs/enrich/barriers/{committed}/commit", json={"snapshots": {ENRICHED: 1}}))
+
+    failed = process(api, "enrich", **{ORDERS: 2})
+    ok(api.post(f"/jobs/enrich/barriers/{failed}/abort", json={"reason": "bad input file"}))
+    changed = process(api, "enrich", **{ORDERS: 3})
+    register(api, "enrich", [CUSTOMERS], [])  # rule 7: a lineage change aborts the barrier in flight
+    rolled_back = process(api, "enrich", **{ORDERS: 4, CUSTOMERS: 1})
+    plan = ok(api.post("/rollbacks", json={"table": ENRICHED, "barrier": committed}), 201)
+    ok(api.post(f"/rollbacks/{plan['rollback_id']}/complete", json={}))
+    again = process(api, "enrich", **{ORDERS: 5, CUSTOMERS: 2})
+    assert again == rolled_back  # the job resumes after the rollback's barrier: the same run (run id) again
+    ok(api.post("/unregister/enrich"))
+
+    events = capture.wait_for("five events", lambda e: len(e) >= 5)
+    kinds = {
+        barrier: sorted(
+            (e["eventType"], meta["abortedBy"], meta["reason"])
+            for e in of_barrier(events, barrier)
+            if (meta := {"abortedBy": None, "reason": None, **e["run"]["facets"]["metaservice_barrier"]})
+        )
+        for barrier in (committed, failed, changed, rolled_back)
+    }
+    assert kinds == {
+        committed: [("COMPLETE", None, None)],
+        failed: [("FAIL", "job", "bad input file")],
+        changed: [("ABORT", "server", "lineage changed: enrich now reads lake.raw.customers")],
+        rolled_back: [
+            ("ABORT", "server", "job unregistered"),
+            ("ABORT", "server", f"rolled back to barrier {committed} by rollback {plan['rollback_id']}"),
+        ],
+    }
+    [aborted] = of_barrier(events, failed)
+    assert_facet("BarrierRunFacet", aborted["run"]["facets"]["metaservice_barrier"])
+    assert_facet("SnapshotInputDatasetFacet", aborted["inputs"][0]["inputFacets"]["metaservice_snapshot"])
+    assert aborted["outputs"] == [{"namespace": "s3://lake", "name": ENRICHED, "facets": {}, "outputFacets": {}}]
+    assert aborted["inputs"][0]["inputFacets"]["metaservice_snapshot"]["previousSnapshotId"] == 1
+
+
+def test_a_refused_request_sends_nothing_for_the_abort_it_undid(
+    servers: tuple[httpx.Client, httpx.Client], capture: Capture
+) -> None:
+    """An OpenLineage event whose first edge aborts the in-flight barrier and whose second is refused: the
+    transaction rolls back, the barrier stays in flight, and no ABORT is sent for it."""
+    api, _ = servers
+    sent = counters(api)["metaservice_openlineage_events_sent_total"]
+    register(api, "enrich", [ORDERS], [ENRICHED])
+    register(api, "other", [], ["lake.mart.taken"])
+    barrier = process(api, "enrich", **{ORDERS: 1})
+    event = {
+        "eventTime": "2026-11-24T08:00:00Z",
+        "eventType": "START",
+        "run": {"runId": str(uuid.uuid4())},
+        "job": {"namespace": "spark", "name": "enrich"},
+        "inputs": [{"namespace": "s3", "name": CUSTOMERS}],
+        "outputs": [{"namespace": "s3", "name": "lake.mart.taken"}],
+    }
+    assert api.post("/api/v1/lineage", json=event).json()["code"] == "table_has_writer"
+    ok(api.post(f"/jobs/enrich/barriers/{barrier}/commit", json={"snapshots": {ENRICHED: 1}}))
+    events = capture.wait_for("the COMPLETE event", lambda e: len(e) >= 1)
+    support.wait_until(
+        lambda: counters(api)["metaservice_openlineage_events_sent_total"] == sent + 1, timeout=30, what="one sent"
+    )
+    assert [e["eventType"] for e in events] == ["COMPLETE"]
+    assert [e["eventType"] for e in capture.events()] == ["COMPLETE"]
+
+
+def test_each_server_process_sends_what_it_committed(
+    servers: tuple[httpx.Client, httpx.Client], capture: Capture
+) -> None:
+    a, b = servers
+    sent = "metaservice_openlineage_events_sent_total"
+    before = [counters(a)[sent], counters(b)[sent]]
+    register(a, "enrich", [ORDERS], [ENRICHED])
+    first = process(a, "enrich", **{ORDERS: 1})
+    ok(a.post(f"/jobs/enrich/barriers/{first}/commit", json={"snapshots": {ENRICHED: 1}}))
+    second = process(b, "enrich", **{ORDERS: 2})
+    ok(b.post(f"/jobs/enrich/barriers/{second}/abort", json={}))
+    events = capture.wait_for("two events", lambda e: len(e) >= 2)
+    assert sorted((e["eventType"], e["run"]["facets"]["metaservice_barrier"]["barrier"]) for e in events) == [
+        ("COMPLETE", first),
+        ("FAIL", second),
+    ]
+    support.wait_until(
+        lambda: [counters(a)[sent], counters(b)[sent]] == [before[0] + 1, before[1] + 1], timeout=30, what="one each"
+    )
+    assert len(capture.events()) == 2
+
+
+def test_a_5xx_is_retried_and_a_4xx_is_given_up(servers: tuple[httpx.Client, httpx.Client], capture: Capture) -> None:
+    api, _ = servers
+    register(api, "enrich", [ORDERS], [ENRICHED])
+    before = counters(api)
+    capture.answers.extend([503, 503])
+    first = process(api, "enrich", **{ORDERS: 1})
+    ok(api.post(f"/jobs/enrich/barriers/{first}/commit", json={"snapshots": {ENRICHED: 1}}))
+    events = capture.wait_for("three attempts", lambda e: len(e) >= 3)
+    assert [e["run"]["facets"]["metaservice_barrier"]["barrier"] for e in events] == [first] * 3  # the same event
+
+    capture.answers.append(400)
+    second = process(api, "enrich", **{ORDERS: 2})
+    ok(api.post(f"/jobs/enrich/barriers/{second}/commit", json={"snapshots": {ENRICHED: 2}}))
+    capture.wait_for("the refused attempt", lambda e: len(e) >= 4)
+
+    def delta() -> dict[str, float]:
+        now = counters(api)
+        return {k: now[k] - before.get(k, 0) for k in now if k.endswith("_total")}
+
+    support.wait_until(lambda: delta()["metaservice_openlineage_events_failed_total"] == 1, timeout=30, what="failed")
+    assert delta() == {
+        "metaservice_openlineage_events_sent_total": 1,
+        "metaservice_openlineage_events_failed_total": 1,
+        "metaservice_openlineage_events_dropped_total": 0,
+    }
+    assert len(capture.events()) == 4  # a 400 is not retried
+
+
+def test_a_dead_endpoint_does_not_slow_commits_and_drops_are_counted(
+    database_url: str, api: httpx.Client, tmp_path: Path
+) -> None:
+    """The endpoint accepts connections and never answers. Commits answer as fast as ever; four events hang in
+    the senders, three wait in the queue, and every further one drops the oldest."""
+    with socket.socket() as dead:
+        dead.bind(("127.0.0.1", 0))
+        dead.listen(64)
+        url = f"http://127.0.0.1:{dead.getsockname()[1]}"
+        server = start_server(
+            database_url, tmp_path, openlineage_url=url, openlineage_queue_size="3", openlineage_timeout_seconds="60"
+        )
+        try:
+            with httpx.Client(base_url=server.base_url, timeout=30) as ms:
+                register(ms, "enrich", [ORDERS], [ENRICHED])
+                took = []
+                for snapshot in range(1, 13):
+                    barrier = process(ms, "enrich", **{ORDERS: snapshot})
+                    started = time.perf_counter()
+                    ok(ms.post(f"/jobs/enrich/barriers/{barrier}/commit", json={"snapshots": {ENRICHED: snapshot}}))
+                    took.append(time.perf_counter() - started)
+                figures = counters(ms)
+        finally:
+            server.stop()
+    assert max(took) < 2.0, took  # a commit waiting for the endpoint would take the 60 s timeout
+    assert figures["metaservice_openlineage_events_dropped_total"] >= 12 - 3 - 4
+    assert figures["metaservice_openlineage_events_sent_total"] == 0
+    del api  # empties the database after the test

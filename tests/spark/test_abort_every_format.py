@@ -1,0 +1,49 @@
+"""Rule 11 for every table format: an aborted attempt's sink commit is undone, so no row lands twice.
+
+Delta undoes with a new version (RESTORE); Iceberg moves its current snapshot back and Paimon rolls back.
+The job logic (`plan_sink`) is the same for all: it reads the sink's commits after its baseline
+(`Catalog.commits_after`) and restores the baseline when it finds an aborted attempt.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from spark_client import Catalog, MetaServiceClient, SchemaMismatch
+from tests.spark.test_abort_exactly_once import FIRST, RAW, SECOND, Pipeline, fx_client, readings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+pytestmark = pytest.mark.spark
+__all__ = ["fx_client"]  # the MetaService client fixture, shared with test_abort_exactly_once
+
+
+def ids(spark: SparkSession, catalog: Catalog, table: str) -> list[int]:
+    snapshot = catalog.latest_snapshot(table)
+    assert snapshot is not None
+    return sorted(r["id"] for r in catalog.read_at(spark, table, snapshot).collect())
+
+
+def test_an_aborted_attempt_is_undone_in_every_format(
+    spark: SparkSession, client: MetaServiceClient, catalog: Catalog
+) -> None:
+    pipeline = Pipeline(spark, client, catalog, "append")  # type: ignore[arg-type]
+    catalog.append(spark, readings(spark, 1, 2), RAW)
+    assert pipeline.run().action == "process"
+
+    catalog.append(spark, readings(spark, 3), RAW)
+    pipeline.broken = True  # SECOND's write fails after FIRST committed the attempt
+    with pytest.raises(SchemaMismatch):
+        pipeline.run(abort_on=(SchemaMismatch,))
+    assert ids(spark, catalog, FIRST) == [1, 2]  # the abort undid the attempt in storage
+
+    catalog.append(spark, readings(spark, 4), RAW)
+    pipeline.broken = False
+    result = pipeline.run()
+    assert result.action == "process"
+    assert ids(spark, catalog, FIRST) == [1, 2, 3, 4]  # 3 once: without the undo it would land twice
+    assert ids(spark, catalog, SECOND) == [1, 2, 3, 4]
+    assert {c.kind for c in catalog.commits_after(FIRST, result.snapshots[FIRST])} == set()

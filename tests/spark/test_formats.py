@@ -1,0 +1,375 @@
+"""One catalog contract, three formats: exact snapshots, tags, modes and each format's own reader, on real tables."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable
+from pyiceberg.catalog import load_catalog
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_client import MetaServiceClient
+from spark_client.catalog import (
+    Catalog,
+    DeltaCatalog,
+    IcebergCatalog,
+    NotAppendOnly,
+    PaimonCatalog,
+    SchemaMismatch,
+)
+from spark_client.modes import Append, Merge, Overwrite, OverwritePartitions, ReplaceWhere
+from tests.spark.formats import snapshot_files, table_files
+from tests.support import ServerProcess
+
+pytestmark = pytest.mark.spark
+T = "lake.raw.orders"
+SCHEMA = "id long, name string, day long"
+OPEN_FORMATS = (
+    "iceberg",
+    "paimon",
+)  # the formats this catalog writes every mode for (Delta: spark_client.catalog.delta)
+
+
+def frame(spark: SparkSession, *ids: int) -> DataFrame:
+    return spark.createDataFrame([(i, f"n{i}", i % 2) for i in ids], SCHEMA)
+
+
+def rows(spark: SparkSession, catalog: Catalog, snapshot: int) -> list[tuple[object, ...]]:
+    return sorted(tuple(r) for r in catalog.read_at(spark, T, snapshot).collect())
+
+
+def ids(spark: SparkSession, catalog: Catalog, snapshot: int) -> list[int]:
+    return sorted(r["id"] for r in catalog.read_at(spark, T, snapshot).collect())
+
+
+def own_reader(catalog: Catalog, table: str, snapshot: int) -> pa.Table:
+    """The table at the snapshot MetaService would report, read by the format's own library (no Spark)."""
+    if isinstance(catalog, DeltaCatalog):
+        return DeltaTable(catalog.location(table), version=snapshot).to_pyarrow_table()
+    if isinstance(catalog, IcebergCatalog):
+        ice = catalog.pyiceberg_table(table)
+        return ice.scan(snapshot_id=catalog.iceberg_snapshot_id(table, snapshot)).to_arrow()
+    assert isinstance(catalog, PaimonCatalog)
+    at = catalog.paimon_table(table, snapshot_id=snapshot)
+    builder = at.new_read_builder()
+    return builder.new_read().to_arrow(builder.new_scan().plan().splits())
+
+
+@pytest.fixture(name="open_catalog", params=OPEN_FORMATS)
+def fx_open_catalog(request: pytest.FixtureRequest, tmp_path: Path) -> Catalog:
+    from tests.spark.formats import make_catalog
+
+    return make_catalog(request.param, tmp_path / "lake")
+
+
+def test_each_snapshot_reads_exactly_its_rows_and_ids_grow(spark: SparkSession, catalog: Catalog) -> None:
+    assert catalog.latest_snapshot(T) is None
+    s0 = catalog.append(spark, frame(spark, 1, 2), T)
+    s1 = catalog.append(spark, frame(spark, 3), T)
+    s2 = catalog.write(spark, frame(spark, 9), T, mode="overwrite")
+    s3 = catalog.write(spark, frame(spark), T, mode="append")  # an empty write is a snapshot too
+    assert s0 < s1 < s2 < s3 == catalog.latest_snapshot(T)
+    assert (ids(spark, catalog, s0), ids(spark, catalog, s1), ids(spark, catalog, s2)) == ([1, 2], [1, 2, 3], [9])
+    assert ids(spark, catalog, s3) == [9]
+    for snapshot in (s0, s1, s2, s3):
+        theirs = sorted(own_reader(catalog, T, snapshot)["id"].to_pylist())
+        assert theirs == ids(spark, catalog, snapshot)
+
+
+def test_a_tagged_write_is_found_again_and_never_applied_twice(spark: SparkSession, catalog: Catalog) -> None:
+    catalog.append(spark, frame(spark, 0), T)
+    assert catalog.committed_snapshot(T, app_id="enrich", barrier=1000) is None
+    tagged = catalog.write(spark, frame(spark, 1), T, mode="append", app_id="enrich", barrier=1000, metadata={"k": "v"})
+    catalog.append(spark, frame(spark, 2), T)  # later, untagged commits do not hide it
+    again = catalog.write(spark, frame(spark, 1), T, mode="append", app_id="enrich", barrier=1000)
+    assert again == tagged == catalog.committed_snapshot(T, app_id="enrich", barrier=1000)
+    assert ids(spark, catalog, catalog.latest_snapshot(T) or 0) == [0, 1, 2]  # the retry wrote nothing
+    assert catalog.committed_snapshot(T, app_id="enrich", barrier=999) is None
+    assert catalog.committed_snapshot(T, app_id="enrich", barrier=1001) is None
+    assert catalog.committed_snapshot(T, app_id="other", barrier=1000) is None
+    assert catalog.committed_snapshot("lake.raw.missing", app_id="enrich", barrier=1000) is None
+
+
+def test_a_restore_undoes_later_commits_for_the_exactly_once_check(spark: SparkSession, catalog: Catalog) -> None:
+    base = catalog.append(spark, frame(spark, 0), T)
+    first = catalog.write(spark, frame(spark, 1), T, mode="append", app_id="enrich", barrier=7)
+    restored = catalog.restore(T, base)
+    assert ids(spark, catalog, restored) == [0] and catalog.latest_snapshot(T) == restored
+    assert catalog.committed_snapshot(T, app_id="enrich", barrier=7) is None  # the rollback undid it
+    redone = catalog.write(spark, frame(spark, 1), T, mode="append", app_id="enrich", barrier=7)
+    assert redone > restored and ids(spark, catalog, redone) == [0, 1]
+    assert catalog.committed_snapshot(T, app_id="enrich", barrier=7) == redone
+    if not isinstance(catalog, PaimonCatalog):  # Paimon's rollback deletes later snapshots: ids are reused
+        assert redone > first
+
+
+def test_changes_are_the_rows_appended_in_between(spark: SparkSession, catalog: Catalog) -> None:
+    s0 = catalog.append(spark, frame(spark, 1), T)
+    s1 = catalog.append(spark, frame(spark, 2, 3), T)
+    s2 = catalog.append(spark, frame(spark, 4), T)
+
+    def changes(after: int | None, at: int) -> list[int]:
+        read = catalog.read_changes(spark, T, after_snapshot_id=after, snapshot_id=at)
+        return sorted(r["id"] for r in read.collect())
+
+    assert changes(s0, s1) == [2, 3] and changes(s0, s2) == [2, 3, 4] and changes(None, s2) == [1, 2, 3, 4]
+    assert changes(s2, s2) == []
+    with pytest.raises(ValueError, match="newer"):
+        catalog.read_changes(spark, T, after_snapshot_id=s2, snapshot_id=s1)
+    s3 = catalog.write(spark, frame(spark, 5), T, mode="overwrite")
+    with pytest.raises(NotAppendOnly, match=f"between .* {s2} and {s3}"):
+        catalog.read_changes(spark, T, after_snapshot_id=s2, snapshot_id=s3)
+
+
+def test_a_schema_change_is_rejected_before_anything_is_committed(spark: SparkSession, catalog: Catalog) -> None:
+    first = catalog.append(spark, frame(spark, 1), T)
+    with pytest.raises(SchemaMismatch, match=r"'lake\.raw\.orders'.*name: table string, data bigint") as info:
+        catalog.append(spark, spark.createDataFrame([(1, 2, 3)], "id long, name long, day long"), T)
+    assert info.value.columns == ("name: table string, data bigint",)
+    with pytest.raises(SchemaMismatch, match="name: table string, data missing"):
+        catalog.append(spark, spark.range(3).selectExpr("id", "id as day"), T)
+    assert catalog.latest_snapshot(T) == first
+    reordered = catalog.append(spark, spark.range(5, 6).selectExpr("id % 2 as day", "'n5' as name", "id"), T)
+    assert ids(spark, catalog, reordered) == [1, 5]  # columns are matched by name
+
+
+def test_concurrent_writers_each_get_their_own_snapshot(spark: SparkSession, catalog: Catalog) -> None:
+    catalog.append(spark, frame(spark, 0), T)  # created first: concurrent creation is the format's own business
+    snapshots: dict[int, int] = {}
+    errors: list[BaseException] = []
+
+    def write(n: int) -> None:
+        try:
+            snapshots[n] = catalog.append(spark, frame(spark, *range(n * 10, n * 10 + n + 1)), T)
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(1, 4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors, errors
+    assert len(set(snapshots.values())) == 3
+    everything = ids(spark, catalog, catalog.latest_snapshot(T) or 0)
+    assert everything == sorted([0, *(i for n in range(1, 4) for i in range(n * 10, n * 10 + n + 1))])
+
+
+def test_merge_upserts_and_deletes_by_key_rewriting_only_touched_files(
+    spark: SparkSession, open_catalog: Catalog
+) -> None:
+    catalog = open_catalog
+    catalog.append(spark, frame(spark, 1, 3).coalesce(1), T)
+    untouched = catalog.append(spark, frame(spark, 4, 6).coalesce(1), T)
+    before = set(snapshot_files(catalog, T, untouched))
+    changes = spark.createDataFrame(
+        [(1, "m1", 1, False), (3, None, 1, True), (7, "n7", 1, False), (8, None, 0, True)],
+        "id long, name string, day long, gone boolean",
+    )
+    merged = catalog.write(spark, changes, T, mode=Merge(keys=("id",), delete_column="gone"), app_id="j", barrier=5)
+    assert rows(spark, catalog, merged) == [(1, "m1", 1), (4, "n4", 0), (6, "n6", 0), (7, "n7", 1)]
+    after = set(snapshot_files(catalog, T, merged))
+    assert len(before - after) == 1 and len(before & after) == 1  # the file of ids 4, 6 was kept as is
+    assert sorted(own_reader(catalog, T, merged)["id"].to_pylist()) == [1, 4, 6, 7]
+    duplicated = spark.createDataFrame([(1, "a", 1), (1, "b", 1)], SCHEMA)
+    with pytest.raises(ValueError, match="several rows with the same keys"):
+        catalog.write(spark, duplicated, T, mode=Merge(keys=("id",)))
+    assert catalog.latest_snapshot(T) == merged
+
+
+def test_partition_and_predicate_overwrites_replace_exactly_their_rows(
+    spark: SparkSession, open_catalog: Catalog
+) -> None:
+    catalog = open_catalog
+    catalog.append(spark, frame(spark, 1, 2, 3, 4), T)
+    by_day = catalog.write(spark, frame(spark, 10), T, mode=OverwritePartitions(columns=("day",)))
+    assert ids(spark, catalog, by_day) == [1, 3, 10]  # day 0 (ids 2, 4) replaced, day 1 kept
+    where = catalog.write(spark, frame(spark, 21, 23), T, mode=ReplaceWhere("day = 1"))
+    assert ids(spark, catalog, where) == [10, 21, 23]
+    with pytest.raises(ValueError, match="must match its predicate"):
+        catalog.write(spark, frame(spark, 30), T, mode=ReplaceWhere("day = 1"))
+    with pytest.raises(ValueError, match=r"columns \['nope'\]"):
+        catalog.write(spark, frame(spark, 30), T, mode=OverwritePartitions(columns=("nope",)))
+    assert catalog.latest_snapshot(T) == where
+    assert sorted(own_reader(catalog, T, where)["id"].to_pylist()) == [10, 21, 23]
+
+
+def test_schema_merge_adds_columns_and_old_rows_read_null(spark: SparkSession, open_catalog: Catalog) -> None:
+    catalog = open_catalog
+    first = catalog.append(spark, frame(spark, 1), T)
+    wider = spark.createDataFrame([(2, "n2", 0, 2.5)], "id long, name string, day long, score double")
+    with pytest.raises(SchemaMismatch, match="score: table missing, data double"):
+        catalog.write(spark, wider, T, mode=Append())
+    merged = catalog.write(spark, wider, T, mode=Append(schema="merge"))
+    assert rows(spark, catalog, merged) == [(1, "n1", 1, None), (2, "n2", 0, 2.5)]
+    assert rows(spark, catalog, first) == [(1, "n1", 1)]  # an old snapshot keeps its schema
+    assert sorted(own_reader(catalog, T, merged)["score"].to_pylist(), key=str) == [2.5, None]
+
+
+def test_bad_write_arguments_are_rejected_before_writing(spark: SparkSession, open_catalog: Catalog) -> None:
+    catalog = open_catalog
+    df = frame(spark, 1)
+    with pytest.raises(ValueError, match="together"):
+        catalog.write(spark, df, T, mode="append", app_id="enrich")
+    with pytest.raises(ValueError, match="set by the catalog"):
+        catalog.write(spark, df, T, mode="append", metadata={"metaservice.barrier": "3"})
+    with pytest.raises(ValueError, match="mode must be"):
+        catalog.write(spark, df, T, mode="merge")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"span .*cannot store"):
+        catalog.append(spark, spark.sql("select interval '1' day as span"), T)
+    with pytest.raises(ValueError, match="whole-table Overwrite"):
+        catalog.write(spark, df, T, mode=Append(schema="overwrite"))
+    with pytest.raises(ValueError, match=r"catalog\.database\.table"):
+        catalog.location("raw.orders")
+    assert catalog.latest_snapshot(T) is None and not os.path.exists(catalog.location(T))
+
+
+def test_iceberg_snapshot_ids_are_sequence_numbers_that_pyiceberg_opens(spark: SparkSession, tmp_path: Path) -> None:
+    catalog = IcebergCatalog(tmp_path / "lake")
+    first = catalog.append(spark, frame(spark, 1), T)
+    second = catalog.append(spark, frame(spark, 2), T)
+    ice = catalog.pyiceberg_table(T)
+    by_sequence = {s.sequence_number: s.snapshot_id for s in ice.metadata.snapshots}
+    assert (first, second) == (1, 2) and catalog.iceberg_snapshot_id(T, second) == by_sequence[2]
+    assert ice.current_snapshot().snapshot_id == by_sequence[2]  # type: ignore[union-attr]
+    catalog.restore(T, first)  # Iceberg's own rollback: the current snapshot moves back
+    assert catalog.pyiceberg_table(T).current_snapshot().snapshot_id == by_sequence[1]  # type: ignore[union-attr]
+    third = catalog.append(spark, frame(spark, 3), T)
+    assert third == 3 and ids(spark, catalog, third) == [1, 3]  # still growing after the rollback
+    with pytest.raises(ValueError, match="has no snapshot 9"):
+        catalog.read_at(spark, T, 9)
+    summary = catalog.pyiceberg_table(T).current_snapshot().summary  # type: ignore[union-attr]
+    assert summary is not None and summary.get("metaservice.write_id")
+    assert summary.get("metaservice.barrier") is None  # untagged
+
+
+def test_iceberg_catalog_on_the_test_postgresql(spark: SparkSession, tmp_path: Path, iceberg_pg_url: str) -> None:
+    with IcebergCatalog(tmp_path / "lake", uri=iceberg_pg_url) as catalog:
+        tagged = catalog.write(spark, frame(spark, 1, 2), T, mode="append", app_id="enrich", barrier=11)
+        assert tagged == 1 and ids(spark, catalog, tagged) == [1, 2]
+    # any pyiceberg catalog by configuration: here the same SQL catalog, loaded the way a REST or Glue one would be
+    native = load_catalog(
+        "metaservice", type="sql", uri=iceberg_pg_url.replace("postgresql://", "postgresql+psycopg://")
+    )
+    try:
+        another = IcebergCatalog(tmp_path / "lake", catalog=native)
+        assert another.committed_snapshot(T, app_id="enrich", barrier=11) == 1
+        assert ids(spark, another, another.append(spark, frame(spark, 3), T)) == [1, 2, 3]
+    finally:
+        native.engine.dispose()  # type: ignore[attr-defined]
+    with psycopg.connect(iceberg_pg_url) as conn:
+        row = conn.execute(
+            "SELECT table_namespace, table_name, metadata_location FROM iceberg_tables WHERE table_name = 'orders'"
+        ).fetchone()
+    assert row is not None and row[0] == "lake.raw" and row[2].startswith(catalog.location(T))
+    assert not os.path.exists(tmp_path / "lake" / "iceberg_catalog.db")  # no SQLite file beside the data
+
+
+def test_paimon_commits_carry_the_job_as_commit_user_and_the_barrier_as_identifier(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    catalog = PaimonCatalog(tmp_path / "lake")
+    catalog.append(spark, frame(spark, 0), T)
+    tagged = catalog.write(spark, frame(spark, 1), T, mode="append", app_id="enrich", barrier=4242)
+    snapshot = catalog.paimon_table(T).snapshot_manager().get_snapshot_by_id(tagged)
+    assert snapshot is not None
+    assert (snapshot.commit_user, snapshot.commit_identifier, snapshot.commit_kind) == ("enrich", 4242, "APPEND")
+    assert snapshot.properties is not None and snapshot.properties["metaservice.barrier"] == "4242"
+    overwritten = catalog.write(spark, frame(spark, 2), T, mode=Overwrite(), app_id="enrich", barrier=4243)
+    kind = catalog.paimon_table(T).snapshot_manager().get_snapshot_by_id(overwritten)
+    assert kind is not None and kind.commit_kind == "OVERWRITE"
+    assert catalog.location(T) == os.path.join(catalog.root, "lake", "raw.db", "orders")
+    assert "schema/schema-0" in table_files(catalog, T)  # an ordinary Paimon table any Paimon engine opens
+
+
+@pytest.fixture(name="client")
+def fx_client(server: ServerProcess, api: httpx.Client) -> Iterator[MetaServiceClient]:
+    del api  # truncates the database after the test
+    with MetaServiceClient(server.base_url) as client:
+        yield client
+
+
+def overwrites(spark: SparkSession, catalog: Catalog, client: MetaServiceClient, count: int) -> list[int]:
+    """`count` whole-table overwrites of a root table MetaService knows, reported as they happen."""
+    client.register_source("reader", T, format=catalog.format, location=catalog.location(T))
+    snapshots = []
+    for n in range(count):
+        snapshots.append(catalog.write(spark, frame(spark, n), T, mode="overwrite"))
+        client.report_snapshot(T, snapshots[-1])
+    return snapshots
+
+
+def test_iceberg_expiry_removes_unprotected_snapshots_and_only_their_files(
+    spark: SparkSession, tmp_path: Path, client: MetaServiceClient
+) -> None:
+    catalog = IcebergCatalog(tmp_path / "lake")
+    first, second, third = overwrites(spark, catalog, client, 3)
+    lease = client.create_lease("test", {T: second}, ttl_seconds=600)
+    second_files = snapshot_files(catalog, T, second)
+    assert catalog.vacuum(T, client, dry_run=True) == catalog.vacuum(T, client)  # dry run names what goes
+    sequences = sorted(s.sequence_number or 0 for s in catalog.pyiceberg_table(T).metadata.snapshots)
+    assert sequences == [second, third]  # expired below the leased snapshot
+    with pytest.raises(ValueError, match=f"has no snapshot {first}"):
+        catalog.read_at(spark, T, first)
+    assert ids(spark, catalog, second) == [1] and all(os.path.exists(f) for f in second_files)
+    client.release_lease(lease.lease_id)
+    deleted = catalog.vacuum(T, client)
+    assert set(second_files) <= set(deleted) and any(f.endswith(".avro") for f in deleted)
+    assert ids(spark, catalog, third) == [2] and own_reader(catalog, T, third)["id"].to_pylist() == [2]
+
+
+def test_paimon_expiry_respects_consumers_and_the_service(
+    spark: SparkSession, tmp_path: Path, client: MetaServiceClient
+) -> None:
+    from pypaimon.consumer import Consumer
+
+    catalog = PaimonCatalog(tmp_path / "lake")
+    snapshots = overwrites(spark, catalog, client, 4)
+    consumers = catalog.paimon_table(T).consumer_manager()
+    consumers.reset_consumer("flink-job", Consumer(next_snapshot=snapshots[1]))  # a streaming reader is at #2
+    deleted = catalog.vacuum(T, client)
+    assert any(f.endswith(f"snapshot-{snapshots[0]}") for f in deleted)
+    assert ids(spark, catalog, snapshots[1]) == [1]  # the consumer's snapshot stays readable
+    consumers.delete_consumer("flink-job")
+    catalog.vacuum(T, client)
+    for expired in snapshots[:3]:  # only the newest (MetaService protects it) is left
+        with pytest.raises(ValueError, match=f"no snapshot {expired}"):
+            catalog.read_at(spark, T, expired)
+    assert ids(spark, catalog, snapshots[3]) == [3] and own_reader(catalog, T, snapshots[3])["id"].to_pylist() == [3]
+    data = [f for f in table_files(catalog, T) if f.startswith("bucket-")]
+    assert len(data) == 1  # every other data file was only referenced by expired snapshots
+
+
+def test_every_storable_type_reads_back_the_same_through_spark_and_the_own_reader(
+    spark: SparkSession, open_catalog: Catalog
+) -> None:
+    catalog = open_catalog
+    query = """
+        select id, cast(id as int) i, id * 1.5d d, cast(id / 3 as float) f,
+               if(id % 3 = 0, null, concat('n', id)) s, cast(concat('x', id) as binary) bin, id % 2 = 0 flag,
+               date_add(date'2024-02-27', cast(id as int)) day, timestamp_micros(1700000000000000 + id * 1000001) ts,
+               cast(timestamp_micros(1700000000000000 + id) as timestamp_ntz) local_ts,
+               cast(id / 7 as decimal(12, 3)) amount, array(id, id + 1) pair,
+               named_struct('k', id, 'v', concat('v', id)) kv, map(concat('m', id), id) tags
+               {small}
+        from range(0, 40)
+    """
+    small = ", cast(id as tinyint) b, cast(id as smallint) sh" if isinstance(catalog, PaimonCatalog) else ""
+    df = spark.sql(query.format(small=small)).repartition(3)
+    first = catalog.append(spark, df, T)
+    second = catalog.append(spark, df.filter("id < 5"), T)  # the table's schema takes the same data again
+    expected = sorted(df.toArrow().to_pylist(), key=lambda r: r["id"])
+    assert sorted(catalog.read_at(spark, T, first).toArrow().to_pylist(), key=lambda r: r["id"]) == expected
+    assert sorted(own_reader(catalog, T, first).to_pylist(), key=lambda r: r["id"]) == expected
+    assert catalog.read_at(spark, T, second).count() == 45
+    assert catalog.read_at(spark, T, first).schema.simpleString() == df.schema.simpleString()
+    if isinstance(catalog, IcebergCatalog):
+        with pytest.raises(ValueError, match=r"column b .* tinyint, which an Iceberg table cannot store"):
+            catalog.append(spark, spark.sql("select cast(1 as tinyint) b"), "lake.raw.small")
