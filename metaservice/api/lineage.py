@@ -89,5 +89,5 @@ async def metrics(request: Request, db: DatabaseDep) -> Response:
     `METASERVICE_METRICS_AUTH=true` (and authentication on) a scrape needs a token of any role."""
     refresher: observability.MetricsRefresher = request.app.state.metrics_figures
     http_metrics: observability.HttpMetrics = request.app.state.http_metrics
-    body = http_metrics.render(refresher.figures, refresher.read_at, pool=db.pool_figures())
+    body = await http_metrics.scrape(refresher.figures, refresher.read_at, pool=db.pool_figures())
     return Response(body, media_type=observability.METRICS_CONTENT_TYPE)
