@@ -41,8 +41,8 @@ def register_rows(url: str, jobs: Sequence[JobSpec]) -> None:
         conn.execute("INSERT INTO jobs (name) SELECT unnest(%s::text[])", ([job.job_id for job in jobs],))
         conn.execute(
             """
-            INSERT INTO lineage_edges (job_id, table_id, role)
-            SELECT j.id, t.id, e.role
+            INSERT INTO lineage_edges (job_id, table_id, role, added_after)
+            SELECT j.id, t.id, e.role, 0
               FROM unnest(%s::text[], %s::text[], %s::text[]) AS e(job, tab, role)
               JOIN jobs j ON j.name = e.job JOIN tables t ON t.name = e.tab
             """,
