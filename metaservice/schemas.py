@@ -377,8 +377,8 @@ class TableNode(BaseModel):
     lag_seconds: float | None = Field(
         description=(
             "how far the table is behind the newest root data: 0 when its newest complete barrier includes the newest"
-            " snapshot of every root upstream of it, else now minus when the oldest root data it lacks was sealed"
-            " (reported, for data no barrier sealed yet); null: it completed nothing, or the graph is `as_of`"
+            " snapshot of every root upstream of it, else now minus when a barrier first sealed the oldest root data"
+            " it lacks; null: it completed nothing, or the graph is `as_of`"
         )
     )
 

@@ -537,8 +537,7 @@ _ALL_UPSTREAM_LINKS = """
       LEFT JOIN lineage_edges src ON src.job_id = w.job_id AND src.role = 'source' AND src.removed_at IS NULL
 """
 # New data of data origins after barrier %(after)s: each range whose snapshot differs from the one before it
-# (the newest range at or before %(after)s is read too, to compare the first one with), with its issue time; and
-# a root's newest report no barrier sealed yet (barrier NULL, time of the newest report).
+# (the newest range at or before %(after)s is read too, to compare the first one with), with its issue time.
 _NEW_DATA = """
     SELECT n.table_id, n.first_barrier, b.issued_at
       FROM (SELECT s.table_id, s.first_barrier, s.snapshot_id,
@@ -553,16 +552,13 @@ _NEW_DATA = """
                                ORDER BY p.first_barrier DESC LIMIT 1), -1)) s) n
       JOIN barriers b ON b.barrier = n.first_barrier
      WHERE n.first_barrier > %(after)s AND n.snapshot_id IS DISTINCT FROM n.before
-    UNION ALL
-    SELECT t.id, NULL, t.latest_snapshot_at
-      FROM unnest(CAST(%(ids)s AS bigint[])) AS o(id)
-      JOIN tables t ON t.id = o.id
-      LEFT JOIN snapshot_ranges r ON r.table_id = t.id AND r.last_barrier IS NULL
-     WHERE t.sealable AND t.latest_snapshot_id IS NOT NULL
-       AND r.snapshot_id IS DISTINCT FROM t.latest_snapshot_id
-       AND NOT EXISTS (SELECT 1 FROM lineage_edges e
-                        WHERE e.table_id = t.id AND e.role = 'sink' AND e.removed_at IS NULL)
 """
+
+
+async def head_barrier(conn: Connection) -> int | None:
+    """The newest barrier issued (None: none yet)."""
+    value = await fetch_value(conn, "SELECT max(barrier) FROM barriers")
+    return None if value is None else int(value)
 
 
 async def upstream_links(
@@ -575,9 +571,6 @@ async def upstream_links(
     return await fetch_all(conn, _UPSTREAM_LINKS, {"ids": id_array(table_ids)})
 
 
-async def new_data(
-    conn: Connection, *, origin_ids: Iterable[int], after: int
-) -> list[tuple[int, int | None, datetime | None]]:
-    """(table, barrier, time) of each new snapshot the data origins got after barrier `after` (barrier None: a
-    root's report no barrier sealed yet, at the time of its newest report)."""
+async def new_data(conn: Connection, *, origin_ids: Iterable[int], after: int) -> list[tuple[int, int, datetime]]:
+    """(table, barrier, issue time) of each new snapshot the data origins got at a barrier after `after`."""
     return await fetch_all(conn, _NEW_DATA, {"ids": id_array(origin_ids), "after": after})

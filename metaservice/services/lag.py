@@ -10,15 +10,16 @@ report that no barrier sealed yet arrived at its newest report (`latest_snapshot
 
 The newest complete barrier b of table T holds, for every origin O upstream, O's snapshot at b (barriers are
 aligned), so T lacks exactly O's new snapshots at barriers after b; the earliest of them is the oldest data it
-lacks. Computed from the current lineage in two statements: the upstream closure (one recursive walk) and the
-origins' new snapshots after the oldest b asked about.
+lacks. A table that completed the newest barrier lacks nothing (one primary-key lookup decides it); for the
+others, two statements over the current lineage: the upstream closure (one recursive walk) and the origins' new
+snapshots after the oldest b among them.
 """
 
 from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 
 from metaservice.db.database import Connection
 from metaservice.repositories import lineage as lineage_rows
@@ -29,49 +30,41 @@ async def lags(
 ) -> dict[int, float | None]:
     """Lag in seconds of each (table id, newest complete barrier or None); None for a table that completed
     nothing. `every_table`: `tables` lists every table (the closure needs no walk)."""
-    asked = [(t, b) for t, b in tables if b is not None]
-    out: dict[int, float | None] = {t: None for t, _ in tables}
-    if not asked:
+    out: dict[int, float | None] = {t: (None if b is None else 0.0) for t, b in tables}
+    head = await lineage_rows.head_barrier(s)
+    # a table that completed the newest barrier lacks nothing: no barrier sealed anything after it
+    behind = [(t, b) for t, b in tables if b is not None and head is not None and b < head]
+    if not behind:
         return out
-    links = await lineage_rows.upstream_links(s, table_ids=None if every_table else [t for t, _ in asked])
+    links = await lineage_rows.upstream_links(s, table_ids=None if every_table else [t for t, _ in behind])
     writer: dict[int, bool] = {}
     sources: dict[int, list[int]] = {}
     for table_id, job_id, source_id in links:
         writer[table_id] = job_id is not None
         if source_id is not None:
             sources.setdefault(table_id, []).append(source_id)
-    origins = _origins(writer, sources, [t for t, _ in asked])
-    every_origin = set().union(*origins.values()) if origins else set()
-    events: dict[int, list[int]] = {}
-    times: dict[int, list[datetime]] = {}
-    unsealed: dict[int, datetime] = {}
-    after = min(b for _, b in asked if b is not None)
+    origins = _origins(writer, sources, [t for t, _ in behind])
+    every_origin: set[int] = set().union(*origins.values())
+    seals: dict[int, list[tuple[int, datetime]]] = {}
+    after = min(b for _, b in behind)
     for origin, barrier, at in await lineage_rows.new_data(s, origin_ids=sorted(every_origin), after=after):
-        if at is None:
-            continue
-        if barrier is None:
-            unsealed[origin] = at
-        else:
-            events.setdefault(origin, []).append(barrier)
-            times.setdefault(origin, []).append(at)
-    for origin, barriers in events.items():  # in barrier order, issue times with them
-        order = sorted(range(len(barriers)), key=barriers.__getitem__)
-        events[origin] = [barriers[i] for i in order]
-        times[origin] = [times[origin][i] for i in order]
-    for table_id, barrier in asked:
-        assert barrier is not None
+        seals.setdefault(origin, []).append((barrier, at))
+    for listed in seals.values():
+        listed.sort()
+    for table_id, barrier in behind:
         oldest: datetime | None = None
         for origin in origins[table_id]:
-            at = unsealed.get(origin)
-            seals = events.get(origin)
-            if seals:
-                i = bisect.bisect_right(seals, barrier)
-                if i < len(seals) and (at is None or times[origin][i] < at):
-                    at = times[origin][i]
-            if at is not None and (oldest is None or at < oldest):
-                oldest = at
+            found = seals.get(origin)
+            if not found:
+                continue
+            i = bisect.bisect_right(found, (barrier, _LATEST))
+            if i < len(found) and (oldest is None or found[i][1] < oldest):
+                oldest = found[i][1]
         out[table_id] = 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
     return out
+
+
+_LATEST = datetime.max.replace(tzinfo=UTC)
 
 
 def _origins(writer: dict[int, bool], sources: dict[int, list[int]], asked: Sequence[int]) -> dict[int, frozenset[int]]:

@@ -5,6 +5,7 @@ started with authentication on."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -212,9 +213,18 @@ def test_lag_follows_the_oldest_missing_root_data_down_a_chain(api: httpx.Client
     assert flow.run("j1", {A: 10}) == b1
     assert flow.run("j2", {"lake.mart.b": 20}) == b1
     assert delay(api, "lake.mart.b")["lag_seconds"] == 0.0
-    flow.report(S, 2)  # reported, no barrier sealed it yet: b already lacks it
-    assert delay(api, "lake.mart.b")["lag_seconds"] > 0.0
-    assert delay(api, A)["lag_seconds"] == 0.0  # a does not read s
+    flow.report(S, 2)
+    assert delay(api, "lake.mart.b")["lag_seconds"] == 0.0  # a report no barrier sealed: no version can hold it yet
+    b2 = flow.issue()
+    issued = api.get(f"/barriers/{b2}").json()["issued_at"]
+    lagging = delay(api, "lake.mart.b")
+    assert lagging["lag_seconds"] > 0.0 and lagging["barrier"] == b1
+    assert delay(api, A)["lag_seconds"] == 0.0  # a does not read s: nothing newer reached it, though it is behind
+    assert delay(api, A)["barrier"] == b1
+    # b lacks s's snapshot since b2 was issued: its lag is measured from b2, freshness from b1
+    assert lagging["freshness_seconds"] - lagging["lag_seconds"] == pytest.approx(
+        (datetime.fromisoformat(issued) - datetime.fromisoformat(lagging["issued_at"])).total_seconds(), abs=0.01
+    )
 
 
 # --- auth ------------------------------------------------------------------------------------------------------
