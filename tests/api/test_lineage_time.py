@@ -85,6 +85,11 @@ def test_as_of_a_time_answers_the_edges_that_existed_then(api: httpx.Client, cha
     # the changes existed from their commit on, before a barrier took them into effect
     after_change = graph(api, as_of=changed["changed_at"])
     assert edges(after_change) == AFTER and after_change["as_of"]["barrier"] == b1
+    first = api.get("/lineage/changes").json()["changes"][-1]  # j1 reads r: registered before any barrier
+    at_start = graph(api, as_of=first["at"])
+    assert edges(at_start) == {("table:lake.raw.r", "job:j1")} and at_start["as_of"]["barrier"] is None
+    assert all(n["newest_complete_barrier"] is None for n in at_start["nodes"] if n["kind"] == "table")
+    assert node(at_start, "job:j1")["last_barrier"] is None and node(at_start, "job:j1")["recent_runs"] == []
     long_ago = graph(api, as_of="2001-01-01T00:00:00+00:00")
     assert long_ago["nodes"] == [] and long_ago["as_of"]["barrier"] is None
 
