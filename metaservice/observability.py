@@ -381,11 +381,27 @@ def _database_families(figures: MetricFigures) -> Iterator[Metric]:
     newest = GaugeMetricFamily(
         "metaservice_table_newest_complete_barrier", "Newest barrier the table completed.", labels=["table"]
     )
+    freshness = GaugeMetricFamily(
+        "metaservice_table_freshness_seconds",
+        "Age of the newest barrier the table completed (the same figure as metaservice_table_delay_seconds).",
+        labels=["table"],
+    )
+    lag = GaugeMetricFamily(
+        "metaservice_table_lag_seconds",
+        "How far the table is behind the newest root data: 0 when caught up, else now minus when the oldest root"
+        " data it lacks was sealed.",
+        labels=["table"],
+    )
     for t in figures.tables:
         if t.delay_seconds is not None and t.barrier is not None:
             delay.add_metric([t.name, t.kind], t.delay_seconds)
+            freshness.add_metric([t.name], t.delay_seconds)
             newest.add_metric([t.name], float(t.barrier))
+        if t.lag_seconds is not None:
+            lag.add_metric([t.name], t.lag_seconds)
     yield delay
+    yield freshness
+    yield lag
     yield newest
 
     duration = GaugeMetricFamily(
