@@ -286,13 +286,18 @@
       role: "button",
     });
     const { ns, short } = splitTable(n.name);
-    g.appendChild(svgEl("title", {}, `${n.name}\n${n.table_kind} table`));
+    const figures = [
+      `freshness ${fresh === null || fresh === undefined ? "—" : fmtSeconds(fresh)} (age of the newest barrier it completed)`,
+      n.lag_seconds === null || n.lag_seconds === undefined
+        ? "lag —"
+        : `lag ${fmtSeconds(n.lag_seconds)} (behind the newest root data; 0: caught up)`,
+    ];
+    g.appendChild(svgEl("title", {}, `${n.name}\n${n.table_kind} table\n${figures.join("\n")}`));
     g.appendChild(svgEl("rect", { class: "shape", width: pos.w, height: pos.h, rx: 6, ry: 6 }));
     g.appendChild(svgEl("rect", { class: "stripe", width: 5, height: pos.h - 2, x: 1, y: 1, rx: 3, ry: 3 }));
     g.appendChild(svgEl("text", { class: "name", x: 12, y: 16 }, shorten(short, 22)));
     const delay = svgEl("text", { class: "delay", x: pos.w - 8, y: 16, "text-anchor": "end" },
       fresh === null || fresh === undefined ? "—" : fmtSeconds(fresh));
-    delay.appendChild(svgEl("title", {}, "freshness: now − issue time of the newest barrier it completed"));
     g.appendChild(delay);
     const lag = n.lag_seconds;
     g.appendChild(svgEl("text", { class: "ns", x: 12, y: 29 },
@@ -301,7 +306,6 @@
       const lagEl = svgEl("text", {
         class: `lag${lag > 0 ? " behind" : ""}`, x: pos.w - 8, y: 29, "text-anchor": "end", "data-seconds": lag,
       }, lagText(lag));
-      lagEl.appendChild(svgEl("title", {}, "lag: how far behind the newest root data (0: caught up)"));
       g.appendChild(lagEl);
     }
     const meta = n.newest_complete_barrier === null
