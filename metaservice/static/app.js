@@ -913,6 +913,12 @@
     } catch (err) {
       if (seq !== state.seq || err instanceof SignInNeeded) return; // signed out: nothing is polled
       if (asked !== null) showAsOfError(err.message);
+      if (!$("auth").hidden) {
+        // Signing in, and the server failed otherwise (down, 5xx): say so; the next poll tries the token again.
+        $("auth-error").hidden = false;
+        $("auth-error").textContent = `The server did not answer: ${err.message}`;
+        $("auth-submit").disabled = false;
+      }
       setStatus(`refresh failed: ${err.message}${asked === null ? " — retrying" : ""}`, true);
     }
     if (!state.paused && state.asOf === null && seq === state.seq) state.timer = setTimeout(refresh, REFRESH_MS);
