@@ -29,7 +29,7 @@ from metaservice.schemas import (
     TableDelay,
 )
 from metaservice.services import delays, lineage, lineage_changes, snapshot_lineage
-from metaservice.services.as_of import parse_as_of
+from metaservice.services.as_of import AS_OF_SCHEMA, parse_as_of
 
 router = APIRouter(tags=["inspection"])
 
@@ -44,7 +44,7 @@ MaxNodesQuery = Annotated[
     int, Query(ge=1, le=lineage.MAX_NODES, description="node cap; a graph cut short says `truncated: true`")
 ]
 AS_OF_HELP = "a barrier number, or an ISO-8601 time with a time zone (e.g. `2026-11-24T09:00:00Z`)"
-AsOfQuery = Annotated[str | None, Query(min_length=1, max_length=64, description=f"the graph as of {AS_OF_HELP}")]
+AsOfQuery = Annotated[str | None, Query(description=f"the graph as of {AS_OF_HELP}", json_schema_extra=AS_OF_SCHEMA)]
 SnapshotPath = Annotated[
     int, Path(ge=0, le=2**63 - 1, description="snapshot id (digits only)"), BeforeValidator(plain_digits)
 ]
@@ -93,14 +93,18 @@ async def get_lineage_changes(
     table: Annotated[str | None, Query(pattern=TABLE_PATTERN, max_length=386, description="only this table")] = None,
     job: Annotated[str | None, Query(pattern=JOB_PATTERN, max_length=200, description="only this job")] = None,
     since: Annotated[
-        str | None, Query(min_length=1, max_length=64, description=f"changes at or after {AS_OF_HELP}")
+        str | None,
+        Query(description=f"changes at or after {AS_OF_HELP}", json_schema_extra=AS_OF_SCHEMA),
     ] = None,
-    until: Annotated[str | None, Query(min_length=1, max_length=64, description=f"changes before {AS_OF_HELP}")] = None,
+    until: Annotated[
+        str | None, Query(description=f"changes before {AS_OF_HELP}", json_schema_extra=AS_OF_SCHEMA)
+    ] = None,
     limit: Annotated[int, Query(ge=1, le=lineage_changes.MAX_LIMIT, description="page size")] = (
         lineage_changes.DEFAULT_LIMIT
     ),
     cursor: Annotated[
-        str | None, Query(min_length=1, max_length=200, description="`next` of the previous page")
+        str | None,
+        Query(pattern=lineage_changes.CURSOR_PATTERN, description="`next` of the previous page"),
     ] = None,
 ) -> Response:
     """Every lineage change (an edge added or removed), newest first, a page at a time.

@@ -930,7 +930,8 @@
   function asOfValue(text) {
     const value = text.trim();
     if (/^\d+$/.test(value)) return value;
-    if (/(Z|[+-]\d\d:?\d\d)$/i.test(value) && !Number.isNaN(Date.parse(value))) return value;
+    // Times go out as RFC 3339 in UTC with seconds, the one form the server takes (it refuses zoneless times).
+    if (/(Z|[+-]\d\d:?\d\d)$/i.test(value) && !Number.isNaN(Date.parse(value))) return new Date(value).toISOString();
     const clock = /^(\d{1,2}):(\d\d)(?::(\d\d)(\.\d+)?)?$/.exec(value);
     if (clock) {
       const d = new Date();
