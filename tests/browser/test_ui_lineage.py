@@ -3,6 +3,7 @@ barrier and back to now, a snapshot's lineage tree, and freshness beside lag on 
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,17 @@ def test_as_of_an_earlier_barrier_shows_the_old_graph_and_now_the_new(
     browser.find_element(By.ID, "past-now").click()
     WebDriverWait(browser, DEADLINE).until(lambda b: edges(b) == now and past_barrier(b) is None)
     assert "as_of" not in browser.current_url
+
+    # a time typed in: the edges that existed then (just before r1 was dropped), node states as of b1
+    removal = next(c for c in api.get("/lineage/changes").json()["changes"] if c["change"] == "removed")
+    at = datetime.fromisoformat(removal["at"]).astimezone(UTC)
+    moment = at.replace(microsecond=at.microsecond // 1000 * 1000) - timedelta(milliseconds=1)  # whole ms, before it
+    typed = moment.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"  # what a person would paste
+    assert {(e["from"], e["to"]) for e in api.get("/lineage", params={"as_of": typed}).json()["edges"]} == before
+    ask_as_of(browser, typed)
+    WebDriverWait(browser, DEADLINE).until(lambda b: edges(b) == before and past_barrier(b) == str(b1))
+    browser.find_element(By.ID, "as-of-now").click()
+    WebDriverWait(browser, DEADLINE).until(lambda b: edges(b) == now and past_barrier(b) is None)
 
     # a lineage change in the side panel leads to the graph just before it took effect
     added = f"#changes li[data-barrier='{b1}']"
