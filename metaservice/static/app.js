@@ -605,7 +605,7 @@
     const lagBox = el("div");
     lagBox.appendChild(el("div", { class: "muted", title: "how far behind the newest root data; 0: caught up" },
       "lag"));
-    const lag = node.lag_seconds;
+    const lag = delay && state.asOf === null && delay.lag_seconds !== undefined ? delay.lag_seconds : node.lag_seconds;
     const known = lag !== null && lag !== undefined;
     const lagEl = el("div", { id: "panel-lag", class: `delay-big lag${known && lag > 0 ? " behind" : ""}` },
       known ? (lag === 0 ? "caught up" : fmtSeconds(lag)) : "—");
@@ -730,7 +730,7 @@
       return box;
     }
     const root = el("ul", { class: "tree" });
-    root.appendChild(treeEntry(tree.data));
+    root.appendChild(treeEntry(tree.data, true));
     box.appendChild(root);
     if (containsCut(tree.data) && tree.depth < TREE_MAX_DEPTH) {
       const more = el("button", { class: "tree-more", type: "button", id: "snapshot-lineage-more" }, "more levels");
@@ -746,13 +746,26 @@
   }
 
   // table@snapshot ← job@barrier, then the input snapshots the run read, each the same way.
-  function treeEntry(entry) {
+  function treeEntry(entry, top = false) {
     const li = el("li", {
       class: "entry", "data-table": entry.table, "data-snapshot": entry.snapshot_id,
       "data-job": entry.job === null ? "" : entry.job, "data-barrier": entry.barrier === null ? "" : entry.barrier,
     });
     const line = el("div", { class: "line" });
-    line.appendChild(el("span", { class: "t" }, entry.table));
+    const id = `table:${entry.table}`;
+    if (!top && state.byId.has(id)) {
+      // Drill down: select the input table and show this snapshot's own tree there.
+      const go = el("button", { class: "t tree-table", type: "button", title: "select it and show its lineage" },
+        entry.table);
+      go.addEventListener("click", async () => {
+        centreOn(id);
+        await select(id);
+        showTree(entry.table, entry.snapshot_id, TREE_DEPTH);
+      });
+      line.appendChild(go);
+    } else {
+      line.appendChild(el("span", { class: "t" }, entry.table));
+    }
     line.appendChild(el("span", { class: "snap" }, `@${entry.snapshot_id}`));
     const at = entry.barrier === null ? null : el("span", { class: "b", title: `barrier ${entry.barrier}` },
       `barrier ${fmtTime(barrierTime(entry.barrier))}`);
@@ -775,7 +788,7 @@
     li.appendChild(line);
     if (entry.inputs.length) {
       const ul = el("ul");
-      for (const input of entry.inputs) ul.appendChild(treeEntry(input));
+      for (const input of entry.inputs) ul.appendChild(treeEntry(input, false));
       li.appendChild(ul);
     }
     if (entry.truncated) li.appendChild(el("div", { class: "cut" }, "… inputs not shown (depth)"));

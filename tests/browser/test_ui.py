@@ -13,7 +13,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests import support
 from tests.api.test_delays import CUSTOMERS, DIAMOND, DIM, ENRICHED, ORDERS, REVENUE, Driver, path
-from tests.browser.page import DEADLINE, nodes
+from tests.browser.page import DEADLINE, nodes, visible
 
 pytestmark = pytest.mark.browser
 
@@ -60,6 +60,7 @@ def test_page_draws_every_node_and_explains_a_clicked_table(
         lambda b: len(nodes(b, "table")) == len(want_tables) and len(nodes(b, "job")) == len(want_jobs)
     )
     assert browser.current_url.endswith("/ui/?refresh=1")
+    assert not visible(browser, "auth") and not visible(browser, "sign-out")  # auth off: no sign-in at all
     assert set(nodes(browser, "table")) == want_tables and set(nodes(browser, "job")) == want_jobs
     assert len(browser.find_elements(By.CSS_SELECTOR, "#edges path.edge")) == len(graph["edges"])
 

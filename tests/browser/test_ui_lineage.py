@@ -165,6 +165,16 @@ def test_clicking_a_snapshot_shows_its_lineage_tree_and_tables_show_freshness_an
     for name in (f"{B}@20", "j2", f"{A}@10", "j1", f"{R1}@1", "root, sealed by"):
         assert name in shown, name
 
+    # an input snapshot leads on: its table is selected with that snapshot's own tree
+    link = f"#snapshot-lineage li.entry[data-table='{A}'] > div.line > button.tree-table"
+    browser.find_element(By.CSS_SELECTOR, link).click()
+    of_a = [[0, A, "10", "j1", str(b1)], [1, R1, "1", "", str(b1)]]
+    WebDriverWait(browser, DEADLINE).until(lambda b: text(b, "panel-title") == "a" and b.execute_script(_TREE) == of_a)
+    browser.find_element(By.CSS_SELECTOR, f"#nodes g.node[data-id='table:{B}']").click()
+    WebDriverWait(browser, DEADLINE).until(lambda b: text(b, "panel-title") == "b")
+    browser.find_element(By.ID, "panel-snapshot").click()
+    WebDriverWait(browser, DEADLINE).until(lambda b: len(b.execute_script(_TREE)) == 3)
+
     shot = tmp_path / "ui-snapshot-lineage.png"
     assert browser.save_screenshot(str(shot))
     print(f"screenshot: {shot}")
