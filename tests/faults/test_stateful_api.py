@@ -6,7 +6,10 @@ transitions such as `POST /jobs/{job_id}/barriers/next` → `.../{barrier}/commi
 `POST /barriers` → `GET /barriers/{barrier}`, `POST /leases` → renew / delete, `POST /rollbacks` → complete /
 cancel, `GET /jobs` → the job's operations. Each scenario is a short random walk over those transitions, sent
 over HTTP with an admin bearer token created by the `metaservice token create` command, and checked with
-`not_a_server_error`. Bounded: a few dozen scenarios of a few steps. (tests/api/test_fuzz.py covers single
+`not_a_server_error`. Bounded: a few dozen scenarios of a few steps. Every scenario starts from the same seeded
+state (the database emptied and seeded again in `setup`): hypothesis checks that the same choices draw the same
+way, and responses that grew with earlier scenarios (a longer `GET /leases` list feeding the delete link) made
+it fail as a "flaky strategy". (tests/api/test_fuzz.py covers single
 calls without auth, with schema conformance checks.)
 """
 
@@ -25,6 +28,7 @@ from hypothesis import HealthCheck, Phase, settings
 from schemathesis import Case
 from schemathesis.checks import not_a_server_error
 
+from tests import support
 from tests.faults.conftest import Servers
 
 pytestmark = [pytest.mark.crash, pytest.mark.xdist_group("faults")]
@@ -72,8 +76,8 @@ def _seed(api: httpx.Client) -> None:
 
 
 @pytest.fixture(scope="module", name="live")
-def fx_live(servers: Servers, faults_database: str) -> Iterator[tuple[str, str]]:
-    """(base URL, admin token) of a seeded server that requires bearer tokens."""
+def fx_live(servers: Servers, faults_database: str) -> Iterator[tuple[str, str, str]]:
+    """(base URL, admin token, database URL) of a seeded server that requires bearer tokens."""
     token = create_admin_token(faults_database)
     server = servers.start(faults_database, env={"METASERVICE_AUTH_ENABLED": "true"})
     with httpx.Client(base_url=server.base_url, timeout=30) as anonymous:
@@ -81,11 +85,12 @@ def fx_live(servers: Servers, faults_database: str) -> Iterator[tuple[str, str]]
         assert denied.status_code == 401 and denied.json()["code"] == "unauthorized", denied.text
     with httpx.Client(base_url=server.base_url, timeout=30, headers={"Authorization": f"Bearer {token}"}) as api:
         _seed(api)
-    yield server.base_url, token
+    yield server.base_url, token, faults_database
 
 
-def test_stateful_walks_with_a_token_never_get_a_server_error(live: tuple[str, str]) -> None:
-    base_url, token = live
+def test_stateful_walks_with_a_token_never_get_a_server_error(live: tuple[str, str, str]) -> None:
+    base_url, token, database_url = live
+    auth = {"Authorization": f"Bearer {token}"}
     schema = schemathesis.openapi.from_url(f"{base_url}/openapi.json")  # the document this server publishes
     schema.config.generation.update(database="none")
     statuses: Counter[int] = Counter()
@@ -93,8 +98,13 @@ def test_stateful_walks_with_a_token_never_get_a_server_error(live: tuple[str, s
     class Walk(schema.as_state_machine()):  # type: ignore[misc]
         seen: ClassVar[Counter[int]] = statuses
 
+        def setup(self) -> None:
+            support.truncate(database_url)  # the token lives in api_tokens, which is kept
+            with httpx.Client(base_url=base_url, timeout=30, headers=auth) as api:
+                _seed(api)
+
         def get_call_kwargs(self, case: Case[Any]) -> dict[str, Any]:  # noqa: ARG002 (an override)
-            return {"base_url": base_url, "headers": {"Authorization": f"Bearer {token}"}, "timeout": 30}
+            return {"base_url": base_url, "headers": auth, "timeout": 30}
 
         def after_call(self, response: Any, case: Case[Any]) -> None:  # noqa: ARG002 (an override)
             self.seen[response.status_code] += 1
