@@ -32,6 +32,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
     try:
         async with AsyncExitStack() as background:
             await background.enter_async_context(refresher.running())
+            background.enter_context(database.listener.draining_on_signals())
             if settings.openlineage_url is not None:
                 from metaservice.services.openlineage.emitter import OpenLineageEmitter  # only when configured
 

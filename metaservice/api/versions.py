@@ -12,7 +12,10 @@ from metaservice.services import versions
 router = APIRouter(tags=["versions"])
 
 
-@router.post("/versions", responses=problems(404))
+@router.post("/versions", responses=problems(404, 409))
 async def consistent_versions(body: VersionsRequest, db: DatabaseDep) -> ConsistentVersions:
-    """One barrier and one snapshot per table (`weak`: the tables; `strong`: their whole lineage components)."""
-    return await versions.consistent_versions(db, tables=body.tables, consistency=body.consistency)
+    """One barrier and one snapshot per table (`weak`: the tables; `strong`: their whole lineage components).
+
+    With `min_barrier` or `max_staleness_seconds`, only a version meeting the bound, waiting up to `wait_seconds`
+    for one (409 `not_fresh_enough` with the best version's figures when none came)."""
+    return await versions.consistent_versions(db, tables=body.tables, consistency=body.consistency, bound=body.bound())

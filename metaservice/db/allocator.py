@@ -30,6 +30,7 @@ from psycopg.types.json import Jsonb
 from metaservice import failpoints
 from metaservice.db import statements
 from metaservice.errors import MetaServiceError, OutcomeUnknown, Unavailable
+from metaservice.repositories.versions import NOTIFY_CALL
 
 if TYPE_CHECKING:
     from metaservice.db.database import Connection, Database
@@ -37,7 +38,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("metaservice.allocator")
 
 MAX_BATCH = 256
-_CALL = "SELECT metaservice_issue_barriers(%s)"
+# Every allocation may issue or seal a barrier or report a root snapshot: a newer consistent version may exist
+# once it commits, so the same statement wakes freshness-bounded reads (delivered on commit, deduplicated).
+_CALL = f"SELECT metaservice_issue_barriers(%s), {NOTIFY_CALL}"
 
 
 @dataclass(frozen=True)
