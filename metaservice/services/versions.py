@@ -5,6 +5,10 @@ every requested table holds a snapshot and so does every table with a writer at 
 b (rule 9 of docs/design.md: roots and orphans never hold a strong read back, and the component is the one in
 effect at b, so registering a job or a late commit never moves a strong answer back). A hot read path: the usual
 answer is one statement (`repositories/versions.py`) in a REPEATABLE READ read-only transaction.
+
+A freshness bound (`min_barrier` / `max_staleness_seconds`) does not change which version is consistent, only
+whether it is answered: when it is not met the request waits for a change notification (`db/listener.py`) and
+checks again, until the bound is met or `wait_seconds` ran out (docs/design.md, "Freshness-bounded reads").
 """
 
 from __future__ import annotations
