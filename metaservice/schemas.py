@@ -141,14 +141,15 @@ WaitSeconds = Annotated[
         ge=0,
         allow_inf_nan=False,
         description="with a bound: wait up to this long for a version that meets it (at most the server's "
-        "max_wait_seconds); default 0, answer at once",
+        "max_wait_seconds); default 0, answer at once. Without a bound there is nothing to wait for",
     ),
 ]
 
 
 class FreshnessBound(BaseModel):
     """How fresh a consistent version must be: `min_barrier` or `max_staleness_seconds` (not both), and how long
-    to wait for one. Without a bound nothing is waited for and any consistent version is answered."""
+    to wait for one. Without a bound nothing is waited for (a `wait_seconds` alone is checked against the maximum,
+    then has no effect) and any consistent version is answered."""
 
     min_barrier: MinBarrier = None
     max_staleness_seconds: MaxStaleness = None
@@ -158,8 +159,6 @@ class FreshnessBound(BaseModel):
     def _one_bound(self) -> FreshnessBound:
         if self.min_barrier is not None and self.max_staleness_seconds is not None:
             raise ValueError("give min_barrier or max_staleness_seconds, not both")
-        if self.wait_seconds is not None and self.min_barrier is None and self.max_staleness_seconds is None:
-            raise ValueError("wait_seconds needs a bound to wait for: min_barrier or max_staleness_seconds")
         return self
 
     @property

@@ -472,7 +472,7 @@ class MetaServiceClient:
             NoConsistentVersion: no barrier is complete in all of them yet.
             NotFreshEnough: no version met the bound within `wait_seconds` (its attributes say how stale the
                 freshest one was).
-            InvalidRequest: both bounds, a negative or too long wait, or a wait without a bound.
+            InvalidRequest: both bounds, or a negative or too long wait.
 
         Example:
             versions = client.versions(["lake.mart.a", "lake.mart.b"], "weak").versions

@@ -36,8 +36,10 @@ async def consistent_versions(
     """Newest barrier complete in every requested table (weak) or in their whole lineage components (strong);
     with a freshness bound, one that meets it (waiting up to `bound.wait_seconds` for one), else 409."""
     names = list(dict.fromkeys(tables))
-    if bound is not None and bound.bounded:
-        return await _fresh_versions(db, names=names, consistency=consistency, bound=bound)
+    if bound is not None:
+        _check_wait(db, bound)
+        if bound.bounded:
+            return await _fresh_versions(db, names=names, consistency=consistency, bound=bound)
 
     async def work(conn: Connection) -> ConsistentVersions:
         return await _newest(conn, names=names, consistency=consistency)
@@ -115,6 +117,16 @@ async def standing(db: Database, *, names: list[str], consistency: Consistency) 
     return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
 
 
+def _check_wait(db: Database, bound: FreshnessBound) -> None:
+    """The configured maximum is not in the wire model (it is a setting); the OpenAPI document publishes it."""
+    wait, limit = bound.wait_seconds or 0.0, db.settings.max_wait_seconds
+    if wait > limit:
+        raise InvalidRequest(
+            f"wait_seconds must be at most {limit:g} (the server's max_wait_seconds), not {wait:g}",
+            errors=[{"loc": ["wait_seconds"], "msg": f"must be at most {limit:g}"}],
+        )
+
+
 async def _fresh_versions(
     db: Database, *, names: list[str], consistency: Consistency, bound: FreshnessBound
 ) -> ConsistentVersions:
@@ -122,12 +134,6 @@ async def _fresh_versions(
     is notified (db/listener.py: no pooled connection is held and nothing polls), then check again. The check
     at the deadline decides: 409 `not_fresh_enough` with the best version's figures, or 404 when there is none."""
     wait = bound.wait_seconds or 0.0
-    limit = db.settings.max_wait_seconds
-    if wait > limit:
-        raise InvalidRequest(
-            f"wait_seconds must be at most {limit:g} (the server's max_wait_seconds), not {wait:g}",
-            errors=[{"loc": ["wait_seconds"], "msg": f"must be at most {limit:g}"}],
-        )
     started = anyio.current_time()
     deadline = started + wait
     listener = db.listener
