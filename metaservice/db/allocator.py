@@ -38,9 +38,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger("metaservice.allocator")
 
 MAX_BATCH = 256
-# Every allocation may issue or seal a barrier or report a root snapshot: a newer consistent version may exist
-# once it commits, so the same statement wakes freshness-bounded reads (delivered on commit, deduplicated).
-_CALL = f"SELECT metaservice_issue_barriers(%s), {NOTIFY_CALL}"
+# An allocation that issued a barrier (sealing root snapshots into new ranges) may make a newer consistent version
+# exist once it commits: the same statement then wakes freshness-bounded reads (delivered on commit). Calls that
+# issued nothing (a `next` that found nothing to seal, a report) wake nobody.
+_CALL = f"""
+    SELECT answers,
+           (SELECT count(*) FROM (SELECT {NOTIFY_CALL}
+                                   WHERE jsonb_path_exists(answers, '$[*] ? (@.barrier != null)')) notified)
+      FROM metaservice_issue_barriers(%s) AS answers
+"""
 
 
 @dataclass(frozen=True)
