@@ -15,6 +15,7 @@ reconnection itself counts as a change (every waiter re-checks). Closing wakes e
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
 import signal
 import threading
@@ -65,7 +66,8 @@ class ChangeListener:
             self._changed = asyncio.Event()
             self._listening = asyncio.Event()
             self._rechecks = asyncio.Semaphore(self._max_rechecks)
-            self._task = asyncio.create_task(self._listen(), name="metaservice-listener")
+            # a context of its own: the process's listener must not log under the first waiter's request id
+            self._task = asyncio.create_task(self._listen(), name="metaservice-listener", context=contextvars.Context())
         assert self._listening is not None
         if not self._listening.is_set():
             with anyio.move_on_after(self._db.settings.connect_timeout + 1):

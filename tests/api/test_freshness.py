@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psycopg
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from metaservice.db import migrate
+from metaservice.repositories.versions import LISTEN
 from tests import support
 from tests.api.test_auth import call, create_token
 from tests.api.test_protocol import CUSTOMERS, DIM, ENRICHED, ORDERS, REVENUE, Pipeline
@@ -299,6 +301,26 @@ def test_a_commit_through_another_server_process_wakes_the_waiter(
     assert response.status_code == 200, response.text
     assert response.json()["barrier"] == t2 and elapsed < WAIT / 2
     assert metric(second_server.base_url, "metaservice_version_notifications_total") >= 1
+
+
+def test_a_lost_listening_connection_is_replaced_and_its_waiters_still_wake(
+    pipeline: Pipeline, second_server: support.ServerProcess, pool: ThreadPoolExecutor, database_url: str
+) -> None:
+    t1 = pipeline.run("enrich", orders=1)["barrier"]
+    body = {"tables": [ENRICHED], "consistency": "weak", "min_barrier": t1 + 1, "wait_seconds": WAIT}
+    pending = in_background(pool, lambda: post_versions(second_server.base_url, body))
+    wait_for_waiters(second_server.base_url)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND query = %s",
+            [LISTEN],
+        ).fetchone()
+    assert row is not None and row[0] >= 1  # every server process's listener, the waiter's among them
+    t2 = pipeline.run("enrich", orders=2)["barrier"]  # perhaps before the listener is back: it re-checks then
+    response, elapsed = pending.result(timeout=WAIT + 30)
+    assert response.status_code == 200, response.text
+    assert response.json()["barrier"] == t2 and elapsed < WAIT / 2
 
 
 def test_two_hundred_waiters_hold_no_pooled_connection(
