@@ -25,7 +25,6 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
-import psycopg
 
 from metaservice.errors import Unavailable
 from metaservice.repositories.versions import CHANNEL, LISTEN
@@ -62,10 +61,11 @@ class ChangeListener:
         `wait` even if it came before `wait` was entered. 503 when the database cannot be reached in time."""
         if self.closed:
             raise Unavailable("the server is shutting down")
-        if self._task is None or self._task.done():
-            self._changed = asyncio.Event()
-            self._listening = asyncio.Event()
-            self._rechecks = asyncio.Semaphore(self._max_rechecks)
+        if self._task is None or self._task.done():  # the first wait of this process, or the task died
+            if self._changed is None:
+                self._changed = asyncio.Event()
+                self._listening = asyncio.Event()
+                self._rechecks = asyncio.Semaphore(self._max_rechecks)
             # a context of its own: the process's listener must not log under the first waiter's request id
             self._task = asyncio.create_task(self._listen(), name="metaservice-listener", context=contextvars.Context())
         assert self._listening is not None
@@ -190,7 +190,7 @@ class ChangeListener:
                 async for _ in self._conn.notifies():
                     self.notifications += 1
                     self._bump()
-            except (psycopg.Error, OSError) as exc:
+            except Exception as exc:  # an outage (psycopg.Error, OSError) or a bug: keep listening either way
                 logger.warning("listening on %s failed (%s); reconnecting in %.1fs", CHANNEL, exc, backoff)
             self._listening.clear()
             await self._discard()
