@@ -18,6 +18,7 @@ BENCHMARKS = {
     "barriers": "bench.barriers",
     "cycle": "bench.cycle",
     "workers": "bench.workers",
+    "overload": "bench.overload",
     "versions": "bench.versions",
     "idle": "bench.idle",
     "lineage": "bench.lineage",

@@ -6,6 +6,8 @@
   the whole fan-out is 20,001 nodes);
 - lattice: 20 layers x 50 tables, each job reading two neighbours of the layer above, asked `upstream` from
   a table of the last layer: a cone of 210 tables and 190 jobs, each reachable along many paths (diamonds).
+Each shape is asked again `as_of` the newest barrier (the lineage in effect at it, node states as of it: issue 17),
+which walks the edge history instead of the current edges.
 Every table has completed one barrier and every job has one committed run, so nodes carry real state.
 One client sends one request at a time for a fixed time (at least 3 requests: the biggest answers take
 seconds). The endpoint is recorded as "not available" when the route does not exist (404 without a problem
@@ -97,6 +99,8 @@ def run(ctx: Context) -> Outcome:
     url = ctx.cluster.fresh_database(database)
     seed.register_rows(url, jobs)
     seed.complete_once(url)
+    with cluster.connect(url) as conn:
+        barrier = int(conn.execute("SELECT max(barrier) FROM barriers").fetchone()[0])  # type: ignore[index]
     queries: dict[str, dict[str, str | int]] = {
         "chain (both)": {"table": f"lin.chain{chains // 2:04d}.t10", "direction": "both"},
         "fan-out (downstream, default node cap)": {"table": "lin.fan.root", "direction": "downstream"},
@@ -107,6 +111,8 @@ def run(ctx: Context) -> Outcome:
         },
         "lattice (upstream)": {"table": f"lin.lat.l{layers - 1:02d}_{width // 2:02d}", "direction": "upstream"},
     }
+    for label in ("chain (both)", "fan-out (downstream, default node cap)", "lattice (upstream)"):
+        queries[f"{label}, as_of barrier"] = queries[label] | {"as_of": barrier}
     results: dict[str, Any] = {}
     with serving(url) as server:
         for label, query in queries.items():

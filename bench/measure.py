@@ -4,12 +4,12 @@ requests the server answered and how many SQL statements it ran for them (pg_sta
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from bench import cluster, load
 from bench.context import Context
-from bench.server import served, served_between
+from bench.server import served, served_between, statements
 from metaservice.process import ServerProcess, wait_until
 
 
@@ -19,6 +19,12 @@ class Phase:
     served: int  # requests the server answered in the phase, from its own counters (exact with one worker)
     statements: cluster.StatementCount | None
     backends: dict[str, float]  # mean number of the server's database connections in each state
+    # per (method, route): (requests served, statements the server's own tally counted for them)
+    routes: dict[tuple[str, str], tuple[int, float]] = field(default_factory=dict)
+
+    def statements_per_route(self, method: str, route: str) -> float | None:
+        requests, count = self.routes.get((method, route), (0, 0.0))
+        return count / requests if requests else None
 
     @property
     def statements_per_request(self) -> float | None:
@@ -36,6 +42,11 @@ class Phase:
             "served_requests": self.served,
             "database_connections_by_state": self.backends,
             "cpu_ms_per_request": {g: round(self.cpu_ms_per_request(g), 3) for g in ("server", "postgres", "wrk")},
+            "statements_per_request_by_route": {
+                f"{method} {route}": round(count / requests, 3)
+                for (method, route), (requests, count) in sorted(self.routes.items())
+                if requests
+            },
         }
         if self.statements is not None:
             served = max(1, self.served)
@@ -80,6 +91,7 @@ def drive(
 
     wait_until(quiet, timeout=30, what="the warm-up's requests to finish")
     before = served(server.base_url) if count else {}
+    tally_before = statements(server.base_url) if count else {}
     if count:
         cluster.reset_statements(ctx.cluster)
     meter = load.CpuMeter({"server": server.process.pid, "postgres": ctx.cluster.server.get_pid()})
@@ -88,5 +100,11 @@ def drive(
     wait_until(quiet, timeout=30, what="the requests in flight to finish")
     if not count:
         return Phase(result, result.requests, None, activity.averages())
-    statements = cluster.count_statements(ctx.cluster, database)
-    return Phase(result, served_between(before, served(server.base_url)), statements, activity.averages())
+    counted = cluster.count_statements(ctx.cluster, database)
+    after = served(server.base_url)
+    tally_after = statements(server.base_url)
+    routes: dict[tuple[str, str], tuple[int, float]] = {}
+    for (method, route), total in tally_after.items():
+        requests = int(sum(v - before.get(k, 0.0) for k, v in after.items() if k[:2] == (method, route)))
+        routes[(method, route)] = (requests, total - tally_before.get((method, route), 0.0))
+    return Phase(result, served_between(before, after), counted, activity.averages(), routes)

@@ -41,8 +41,8 @@ def register_rows(url: str, jobs: Sequence[JobSpec]) -> None:
         conn.execute("INSERT INTO jobs (name) SELECT unnest(%s::text[])", ([job.job_id for job in jobs],))
         conn.execute(
             """
-            INSERT INTO lineage_edges (job_id, table_id, role)
-            SELECT j.id, t.id, e.role
+            INSERT INTO lineage_edges (job_id, table_id, role, added_after)
+            SELECT j.id, t.id, e.role, 0
               FROM unnest(%s::text[], %s::text[], %s::text[]) AS e(job, tab, role)
               JOIN jobs j ON j.name = e.job JOIN tables t ON t.name = e.tab
             """,
@@ -144,8 +144,8 @@ def chains(url: str, *, chains: int, length: int, snapshots: int, barrier_count:
         )
         conn.execute(
             """
-            INSERT INTO lineage_edges (job_id, table_id, role)
-            SELECT c * (%(len)s - 1) + p, c * %(len)s + p + 1 - d, CASE d WHEN 1 THEN 'source' ELSE 'sink' END
+            INSERT INTO lineage_edges (job_id, table_id, role, added_after)
+            SELECT c * (%(len)s - 1) + p, c * %(len)s + p + 1 - d, CASE d WHEN 1 THEN 'source' ELSE 'sink' END, 0
               FROM generate_series(0, %(chains)s - 1) c, generate_series(1, %(len)s - 1) p, generate_series(0, 1) d
             """,
             params,

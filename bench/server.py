@@ -29,15 +29,24 @@ def serving(database_url: str, *, workers: int = 1, env: Mapping[str, str] | Non
 
 def served(base_url: str) -> dict[tuple[str, str, str], float]:
     """Requests served per (method, route, status) by the process answering this scrape (exact with one worker)."""
+    return _counters(base_url, "metaservice_http_requests", ("method", "route", "status"))  # type: ignore[return-value]
+
+
+def statements(base_url: str) -> dict[tuple[str, str], float]:
+    """SQL statements run per (method, route) by the process answering this scrape, by the server's own tally
+    (a coalesced allocation counts its share per request)."""
+    return _counters(base_url, "metaservice_db_statements", ("method", "route"))  # type: ignore[return-value]
+
+
+def _counters(base_url: str, family_name: str, labels: tuple[str, ...]) -> dict[tuple[str, ...], float]:
     text = httpx.get(f"{base_url}/metrics", timeout=30).text
-    counts: dict[tuple[str, str, str], float] = {}
+    counts: dict[tuple[str, ...], float] = {}
     for family in text_string_to_metric_families(text):
-        if family.name != "metaservice_http_requests":
+        if family.name != family_name:
             continue
         for sample in family.samples:
             if sample.name.endswith("_total"):
-                labels = sample.labels
-                counts[(labels["method"], labels["route"], labels["status"])] = sample.value
+                counts[tuple(sample.labels[k] for k in labels)] = sample.value
     return counts
 
 

@@ -433,7 +433,19 @@ class TableNode(BaseModel):
     newest_complete_barrier: int | None
     newest_complete_snapshot_id: int | None
     newest_complete_issued_at: datetime | None
-    delay_seconds: float | None = Field(description="now minus issue time of the newest complete barrier; null: none")
+    delay_seconds: float | None = Field(
+        description="deprecated alias of `freshness_seconds`", json_schema_extra={"deprecated": True}
+    )
+    freshness_seconds: float | None = Field(
+        description="now (or the `as_of` time) minus the issue time of the newest complete barrier; null: none"
+    )
+    lag_seconds: float | None = Field(
+        description=(
+            "how far the table is behind the newest root data: 0 when its newest complete barrier includes the newest"
+            " snapshot of every root upstream of it, else now minus when a barrier first sealed the oldest root data"
+            " it lacks; null: it completed nothing, or the graph is `as_of`"
+        )
+    )
 
 
 class JobNode(BaseModel):
@@ -453,6 +465,13 @@ class LineageEdge(BaseModel):
     to: str
 
 
+class LineageAsOf(BaseModel):
+    barrier: int | None = Field(
+        description="node states are as of this barrier (for a time: the newest barrier issued by then; null: none)"
+    )
+    time: datetime = Field(description="the time asked for, or the issue time of the barrier asked for")
+
+
 class LineageGraph(BaseModel):
     table: str | None
     direction: LineageDirection
@@ -460,6 +479,39 @@ class LineageGraph(BaseModel):
     nodes: list[Annotated[TableNode | JobNode, Field(discriminator="kind")]]
     edges: list[LineageEdge]
     truncated: bool = Field(description="true when the node cap cut the graph short")
+    as_of: LineageAsOf | None = Field(description="the moment the graph is of; null: the current graph")
+
+
+class SnapshotLineage(BaseModel):
+    """A snapshot, the run that produced it and, recursively, the input snapshots that run read."""
+
+    table: str
+    snapshot_id: int
+    job: str | None = Field(description="the job whose committed run produced it; null: a root's snapshot")
+    barrier: int | None = Field(
+        description="the barrier the run committed (a root: the barrier that first sealed it; null: not sealed yet)"
+    )
+    started_at: datetime | None
+    finished_at: datetime | None
+    inputs: list[SnapshotLineage] = Field(description="the input snapshots the run read, by table name")
+    truncated: bool = Field(description="true when the depth or the entry cap cut inputs below this entry")
+
+
+class LineageChange(BaseModel):
+    job_id: str
+    table: str
+    role: Literal["source", "sink"]
+    change: Literal["added", "removed"]
+    barrier: int = Field(
+        description="the newest barrier issued when the change committed (0: none); it takes effect after it"
+    )
+    effective_barrier: int | None = Field(description="the first barrier issued after the change; null: none yet")
+    at: datetime = Field(description="when the change committed")
+
+
+class LineageChangeList(BaseModel):
+    changes: list[LineageChange] = Field(description="newest first")
+    next: str | None = Field(description="cursor for the next page (`cursor=`); null: this is the last page")
 
 
 class CriticalStep(BaseModel):
@@ -480,7 +532,15 @@ class TableDelay(BaseModel):
     as_of: datetime = Field(description="the database clock the delay is measured against")
     barrier: int | None = Field(description="newest barrier the table completed; null: none yet")
     issued_at: datetime | None
-    delay_seconds: float | None
+    delay_seconds: float | None = Field(
+        description="deprecated alias of `freshness_seconds`", json_schema_extra={"deprecated": True}
+    )
+    freshness_seconds: float | None = Field(
+        description="`as_of` minus `issued_at` (age of the newest complete barrier)"
+    )
+    lag_seconds: float | None = Field(
+        description="how far the table is behind the newest root data (0: caught up); see the lineage graph's nodes"
+    )
     completed_at: datetime | None = Field(description="when the table completed `barrier`")
     end_to_end_seconds: float | None = Field(description="completed_at minus issued_at")
     critical_path: list[CriticalStep] = Field(description="from the roots to the table")
@@ -494,7 +554,11 @@ class DelaySummary(BaseModel):
     table_kind: Literal["root", "intermediate"]
     barrier: int | None
     issued_at: datetime | None
-    delay_seconds: float | None
+    delay_seconds: float | None = Field(
+        description="deprecated alias of `freshness_seconds`", json_schema_extra={"deprecated": True}
+    )
+    freshness_seconds: float | None = Field(description="age of the newest complete barrier")
+    lag_seconds: float | None = Field(description="how far the table is behind the newest root data (0: caught up)")
     bottleneck_job: str | None
     bottleneck_seconds: float | None
 

@@ -84,7 +84,7 @@ class Settings(BaseSettings):
     )
     pool_timeout: float = Field(default=5.0, gt=0, description="Seconds a request waits for a pooled connection.")
     pool_max_waiting: int = Field(
-        default=64,
+        default=512,
         ge=0,
         description="Requests that may queue for a connection; more are answered 429 with Retry-After at once "
         "(0: unbounded).",

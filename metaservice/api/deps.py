@@ -33,7 +33,7 @@ DatabasePath = Annotated[str, Path(pattern=NAME_PART_PATTERN, max_length=128)]
 TablePath = Annotated[str, Path(pattern=NAME_PART_PATTERN, max_length=128)]
 
 
-def _plain_digits(value: object) -> object:
+def plain_digits(value: object) -> object:
     """Path ids are ASCII digits only: int() would also read `1_000`, `+5`, ` 5` and other scripts' digits."""
     if isinstance(value, str) and not (value.isascii() and value.isdigit()):
         raise ValueError("must be a plain decimal number (digits 0-9 only)")
@@ -42,7 +42,7 @@ def _plain_digits(value: object) -> object:
 
 # The validator after Path(): in front of it, FastAPI publishes the bounds as `ge`/`le` instead of minimum/maximum.
 BarrierPath = Annotated[
-    int, Path(ge=1, le=2**63 - 1, description="barrier value (digits only)"), BeforeValidator(_plain_digits)
+    int, Path(ge=1, le=2**63 - 1, description="barrier value (digits only)"), BeforeValidator(plain_digits)
 ]
 Limit = Annotated[int, Query(ge=1, le=1000, description="page size")]
 BeforeBarrier = Annotated[int | None, Query(ge=1, le=2**63 - 1, description="page: only entries before this barrier")]

@@ -155,6 +155,8 @@ class Edge(Base):
         Index("ix_lineage_edges_job_id", "job_id"),
         Index("ix_lineage_edges_added_after", "added_after"),
         Index("ix_lineage_edges_removed_after", "removed_after"),
+        Index("ix_lineage_edges_created_at", "created_at"),
+        Index("ix_lineage_edges_removed_at", "removed_at", postgresql_where=text("removed_at IS NOT NULL")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -177,6 +179,7 @@ class SnapshotRange(Base):
         CheckConstraint(f"kind IN {RANGE_KINDS!r}", name="known_kind"),
         CheckConstraint("snapshot_id >= 0", name="snapshot_non_negative"),
         Index("uq_snapshot_ranges_table_first", "table_id", "first_barrier", unique=True),
+        Index("ix_snapshot_ranges_table_snapshot", "table_id", "snapshot_id", "first_barrier"),
         ExcludeConstraint(
             (text("table_id"), "="),
             (text("int8range(first_barrier, last_barrier, '[]')"), "&&"),

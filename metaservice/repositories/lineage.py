@@ -17,6 +17,44 @@ from metaservice.db.database import Connection
 from metaservice.repositories.driver import fetch_all, fetch_value, id_array
 
 
+class AsOf(NamedTuple):
+    """A past lineage: edges in effect at `barrier` (rule 1), or, with `by_time`, edges that existed at `time`
+    (added at or before it, not removed by then); node states as of `barrier` (None: before the first barrier)."""
+
+    barrier: int | None
+    time: datetime
+    by_time: bool
+
+    def params(self) -> dict[str, object]:
+        return {"as_of_barrier": self.barrier, "as_of_time": self.time}
+
+
+def _alive(alias: str, mode: str) -> str:
+    """The SQL condition for an edge `alias` of the lineage `mode` ("now", "barrier" or "time")."""
+    if mode == "barrier":
+        return (
+            f"{alias}.added_after < %(as_of_barrier)s"
+            f" AND ({alias}.removed_after IS NULL OR {alias}.removed_after >= %(as_of_barrier)s)"
+        )
+    if mode == "time":
+        return (
+            f"{alias}.created_at <= %(as_of_time)s"
+            f" AND ({alias}.removed_at IS NULL OR {alias}.removed_at > %(as_of_time)s)"
+        )
+    return f"{alias}.removed_at IS NULL"
+
+
+MODES = ("now", "barrier", "time")
+
+
+def _mode(at: AsOf | None) -> str:
+    return "now" if at is None else ("time" if at.by_time else "barrier")
+
+
+def _params(at: AsOf | None, params: dict[str, object] | None = None) -> dict[str, object]:
+    return (params or {}) | ({} if at is None else at.params())
+
+
 class TableState(NamedTuple):
     """A table with its newest complete barrier (None: it completed none) and that barrier's issue time."""
 
@@ -119,11 +157,11 @@ _WALK = """
                   FROM (SELECT DISTINCT here.job_id
                           FROM unnest(CAST(%(starts)s AS bigint[])) AS s(id)
                           JOIN lineage_edges here
-                            ON here.table_id = s.id AND here.role = '{near}' AND here.removed_at IS NULL
+                            ON here.table_id = s.id AND here.role = '{near}' AND {alive_here}
                          ORDER BY here.job_id LIMIT %(first)s) d) j
           CROSS JOIN LATERAL (
                 SELECT x.job_id, x.table_id, x.role FROM lineage_edges x
-                 WHERE x.job_id = j.job_id AND x.removed_at IS NULL OFFSET 0) e
+                 WHERE x.job_id = j.job_id AND {alive_x} OFFSET 0) e
          WHERE %(depth)s > 0
         UNION
         SELECT walk.level + 1, walk.total + count(*) OVER (), e.job_id, e.table_id, e.role
@@ -131,15 +169,24 @@ _WALK = """
           CROSS JOIN LATERAL (
                 SELECT x.job_id, x.table_id, x.role
                   FROM lineage_edges here
-                  JOIN lineage_edges x ON x.job_id = here.job_id AND x.removed_at IS NULL
-                 WHERE here.table_id = walk.table_id AND here.role = '{near}' AND here.removed_at IS NULL
+                  JOIN lineage_edges x ON x.job_id = here.job_id AND {alive_x}
+                 WHERE here.table_id = walk.table_id AND here.role = '{near}' AND {alive_here}
                 OFFSET 0) e
          WHERE walk.role = '{far}' AND walk.level < %(depth)s AND walk.total <= %(budget)s
     )
     SELECT level, total, job_id, table_id, role FROM walk
     """
-_WALK_DOWN = _WALK.format(near="source", far="sink")
-_WALK_UP = _WALK.format(near="sink", far="source")
+_WALKS = {
+    (mode, upstream): _WALK.format(
+        near="sink" if upstream else "source",
+        far="source" if upstream else "sink",
+        alive_here=_alive("here", mode),
+        alive_x=_alive("x", mode),
+    )
+    for mode in MODES
+    for upstream in (True, False)
+}
+_WALK_DOWN, _WALK_UP = _WALKS["now", False], _WALKS["now", True]  # the current lineage (bench EXPLAINs name them)
 _CLOCK_AND_TABLE = "SELECT now(), (SELECT id FROM tables WHERE name = %(name)s)"
 
 # Newest range holding a snapshot; an open range (roots) holds through the newest barrier issued.
@@ -174,10 +221,6 @@ _JOB_EDGES = """
                  WHERE x.job_id = i.id AND x.removed_at IS NULL OFFSET 0) e
      ORDER BY e.role COLLATE "C", e.table_id, e.job_id
     """
-_ALL_EDGES = (
-    "SELECT job_id, table_id, role FROM lineage_edges WHERE removed_at IS NULL"
-    ' ORDER BY role COLLATE "C", table_id, job_id'
-)
 
 # Jobs by name, each with its newest runs that did something (idle stretches carry no timings), newest first.
 _JOB_NODES = """
@@ -193,6 +236,61 @@ _JOB_NODES = """
             SELECT x.first_barrier, x.barrier, x.status, x.inputs_ready_at, x.started_at, x.finished_at
               FROM job_runs x
              WHERE x.job_id = j.id AND x.status <> 'idle'
+             ORDER BY x.first_barrier DESC LIMIT %(per_job)s) r ON true
+     ORDER BY j.name COLLATE "C", r.first_barrier DESC
+    """
+
+# As of a past lineage (`AsOf`): the newest barrier each table completed at or before %(as_of_barrier)s (an open
+# range holds through it), whether it had a writer then; the newest known snapshot is not kept through time (NULL).
+_TABLE_NODES_AS_OF = """
+    SELECT t.id, t.name, t.format, t.has_writer, CAST(NULL AS bigint), c.barrier, r.snapshot_id, b.issued_at
+      FROM unnest(CAST(%(ids)s AS bigint[])) AS i(id)
+      CROSS JOIN LATERAL (
+            SELECT x.id, x.name, x.format,
+                   EXISTS (SELECT 1 FROM lineage_edges e WHERE e.table_id = x.id AND e.role = 'sink'
+                                   AND {alive_e}) AS has_writer
+              FROM tables x WHERE x.id = i.id
+            OFFSET 0) t
+      LEFT JOIN LATERAL (
+            SELECT s.snapshot_id, s.last_barrier FROM snapshot_ranges s
+             WHERE s.table_id = t.id AND s.snapshot_id IS NOT NULL
+               AND s.first_barrier <= CAST(%(as_of_barrier)s AS bigint)
+             ORDER BY s.first_barrier DESC LIMIT 1) r ON true
+      CROSS JOIN LATERAL (
+            SELECT CASE WHEN r.snapshot_id IS NULL THEN NULL
+                        ELSE least(coalesce(r.last_barrier, %(as_of_barrier)s), %(as_of_barrier)s) END AS barrier) c
+      LEFT JOIN LATERAL (SELECT x.issued_at FROM barriers x WHERE x.barrier = c.barrier OFFSET 0) b ON true
+     ORDER BY t.name COLLATE "C"
+    """
+_TABLE_NODES_AS_OF_BY_MODE = {m: _TABLE_NODES_AS_OF.format(alive_e=_alive("e", m)) for m in ("barrier", "time")}
+_TABLE_IDS_AS_OF = 'SELECT id FROM tables WHERE created_at <= %(as_of_time)s ORDER BY name COLLATE "C"'
+
+_JOB_EDGES_BY_MODE = {m: _JOB_EDGES.replace("x.removed_at IS NULL", _alive("x", m)) for m in MODES}
+_ALL_EDGES_BY_MODE = {
+    m: f"SELECT job_id, table_id, role FROM lineage_edges x WHERE {_alive('x', m)}"
+    ' ORDER BY role COLLATE "C", table_id, job_id'
+    for m in MODES
+}
+
+# Jobs as of %(as_of_barrier)s: the newest barrier each had settled then, its lag behind that barrier, and its
+# runs up to it. A job of a past lineage had edges then: active.
+_JOB_NODES_AS_OF = """
+    SELECT j.id, j.name, true, l.barrier,
+           CAST(extract(epoch FROM (SELECT issued_at FROM barriers WHERE barrier = %(as_of_barrier)s) - b.issued_at)
+                AS float8) AS lag,
+           r.first_barrier, r.barrier, r.status, r.inputs_ready_at, r.started_at, r.finished_at
+      FROM unnest(CAST(%(ids)s AS bigint[])) AS i(id)
+      CROSS JOIN LATERAL (SELECT x.id, x.name FROM jobs x WHERE x.id = i.id OFFSET 0) j
+      LEFT JOIN LATERAL (
+            SELECT least(x.barrier, %(as_of_barrier)s) AS barrier FROM job_runs x
+             WHERE x.job_id = j.id AND x.first_barrier <= CAST(%(as_of_barrier)s AS bigint)
+               AND x.status <> 'in_flight'
+             ORDER BY x.first_barrier DESC LIMIT 1) l ON true
+      LEFT JOIN LATERAL (SELECT x.issued_at FROM barriers x WHERE x.barrier = l.barrier OFFSET 0) b ON true
+      LEFT JOIN LATERAL (
+            SELECT x.first_barrier, x.barrier, x.status, x.inputs_ready_at, x.started_at, x.finished_at
+              FROM job_runs x
+             WHERE x.job_id = j.id AND x.status <> 'idle' AND x.barrier <= CAST(%(as_of_barrier)s AS bigint)
              ORDER BY x.first_barrier DESC LIMIT %(per_job)s) r ON true
      ORDER BY j.name COLLATE "C", r.first_barrier DESC
     """
@@ -262,41 +360,62 @@ async def clock_and_table(conn: Connection, *, name: str | None) -> tuple[dateti
 
 
 async def walk(
-    conn: Connection, *, starts: Iterable[int], upstream: bool, depth: int, budget: int, first: int | None
+    conn: Connection,
+    *,
+    starts: Iterable[int],
+    upstream: bool,
+    depth: int,
+    budget: int,
+    first: int | None,
+    at: AsOf | None = None,
 ) -> list[WalkRow]:
     """Every edge of the jobs a breadth-first walk from `starts` reaches, level by level, for up to `depth` levels;
     no level is computed past the one where the rows so far exceed `budget`. Level 1 holds at most `first` jobs
     (the first by id; None: all), and its rows count as past the budget when that cut it short. An edge reachable
-    at several levels comes once per level."""
-    params = {"starts": id_array(starts), "depth": depth, "budget": budget, "first": first}
-    return await fetch_all(conn, _WALK_UP if upstream else _WALK_DOWN, params)
+    at several levels comes once per level. With `at`, over the lineage of that moment."""
+    params = _params(at, {"starts": id_array(starts), "depth": depth, "budget": budget, "first": first})
+    return await fetch_all(conn, _WALKS[_mode(at), upstream], params)
 
 
-async def edges_of_jobs(conn: Connection, *, job_ids: Iterable[int]) -> list[EdgeTuple]:
-    """Every current edge of the given jobs, by role, table and job."""
-    return await fetch_all(conn, _JOB_EDGES, {"ids": id_array(job_ids)})
+async def edges_of_jobs(conn: Connection, *, job_ids: Iterable[int], at: AsOf | None = None) -> list[EdgeTuple]:
+    """Every edge of the given jobs (current, or of the lineage `at`), by role, table and job."""
+    return await fetch_all(conn, _JOB_EDGES_BY_MODE[_mode(at)], _params(at, {"ids": id_array(job_ids)}))
 
 
-async def all_edges(conn: Connection) -> list[EdgeTuple]:
-    """Every current edge, by role, table and job."""
-    return await fetch_all(conn, _ALL_EDGES)
+async def all_edges(conn: Connection, *, at: AsOf | None = None) -> list[EdgeTuple]:
+    """Every edge (current, or of the lineage `at`), by role, table and job."""
+    return await fetch_all(conn, _ALL_EDGES_BY_MODE[_mode(at)], _params(at))
 
 
-async def all_table_ids(conn: Connection) -> list[int]:
-    return [int(r[0]) for r in await fetch_all(conn, "SELECT id FROM tables ORDER BY name")]
+async def all_table_ids(conn: Connection, *, at: AsOf | None = None) -> list[int]:
+    """Every table (registered by `at`'s time, when given), by name."""
+    if at is None:
+        return [int(r[0]) for r in await fetch_all(conn, "SELECT id FROM tables ORDER BY name")]
+    return [int(r[0]) for r in await fetch_all(conn, _TABLE_IDS_AS_OF, at.params())]
 
 
-async def table_nodes(conn: Connection, *, table_ids: Iterable[int] | None) -> list[TableNodeRow]:
-    """The tables (all when `table_ids` is None) with their newest complete barrier and snapshot, by name."""
+async def table_nodes(
+    conn: Connection, *, table_ids: Iterable[int] | None, at: AsOf | None = None
+) -> list[TableNodeRow]:
+    """The tables (all when `table_ids` is None) with their newest complete barrier and snapshot, by name; with
+    `at`, as of its barrier (and no newest known snapshot: it is not kept through time)."""
+    if at is not None:
+        ids = await all_table_ids(conn, at=at) if table_ids is None else table_ids
+        return await fetch_all(conn, _TABLE_NODES_AS_OF_BY_MODE[_mode(at)], _params(at, {"ids": id_array(ids)}))
     if table_ids is None:
         return await fetch_all(conn, _ALL_TABLE_NODES)
     return await fetch_all(conn, _TABLE_NODES_OF, {"ids": id_array(table_ids)})
 
 
-async def job_nodes(conn: Connection, *, job_ids: Iterable[int], per_job: int) -> list[JobNodeRow]:
+async def job_nodes(
+    conn: Connection, *, job_ids: Iterable[int], per_job: int, at: AsOf | None = None
+) -> list[JobNodeRow]:
     """The jobs by name, each with up to `per_job` newest non-idle runs (newest first; one row per run, or one
-    row with empty run fields for a job without any)."""
-    return await fetch_all(conn, _JOB_NODES, {"ids": id_array(job_ids), "per_job": per_job})
+    row with empty run fields for a job without any); with `at`, as of its barrier."""
+    params = {"ids": id_array(job_ids), "per_job": per_job}
+    if at is not None:
+        return await fetch_all(conn, _JOB_NODES_AS_OF, _params(at, params))
+    return await fetch_all(conn, _JOB_NODES, params)
 
 
 async def table_ids_by_name(conn: Connection, *, names: Sequence[str]) -> dict[str, int]:
@@ -393,3 +512,65 @@ async def job_figures(conn: Connection) -> list[JobFigures]:
 async def run_counts(conn: Connection) -> list[tuple[str, int, int, int]]:
     """(job, committed, aborted, skipped) barrier counts of every active job that ran at least once."""
     return [(str(n), int(c), int(a), int(k)) for n, c, a, k in await fetch_all(conn, _RUN_COUNTS)]
+
+
+# Lag (services/lag.py). The upstream closure of some tables over the current lineage: per table, its writer
+# (NULL: none, a root) and each table that writer reads (NULL: none, an ingestion step).
+_UPSTREAM_LINKS = """
+    WITH RECURSIVE up(table_id) AS (
+        SELECT unnest(CAST(%(ids)s AS bigint[]))
+        UNION
+        SELECT src.table_id
+          FROM up
+          JOIN lineage_edges w ON w.table_id = up.table_id AND w.role = 'sink' AND w.removed_at IS NULL
+          JOIN lineage_edges src ON src.job_id = w.job_id AND src.role = 'source' AND src.removed_at IS NULL
+    )
+    SELECT up.table_id, w.job_id, src.table_id
+      FROM up
+      LEFT JOIN lineage_edges w ON w.table_id = up.table_id AND w.role = 'sink' AND w.removed_at IS NULL
+      LEFT JOIN lineage_edges src ON src.job_id = w.job_id AND src.role = 'source' AND src.removed_at IS NULL
+"""
+_ALL_UPSTREAM_LINKS = """
+    SELECT t.id, w.job_id, src.table_id
+      FROM tables t
+      LEFT JOIN lineage_edges w ON w.table_id = t.id AND w.role = 'sink' AND w.removed_at IS NULL
+      LEFT JOIN lineage_edges src ON src.job_id = w.job_id AND src.role = 'source' AND src.removed_at IS NULL
+"""
+# New data of data origins after barrier %(after)s: each range whose snapshot differs from the one before it
+# (the newest range at or before %(after)s is read too, to compare the first one with), with its issue time.
+_NEW_DATA = """
+    SELECT n.table_id, n.first_barrier, b.issued_at
+      FROM (SELECT s.table_id, s.first_barrier, s.snapshot_id,
+                   lag(s.snapshot_id) OVER (PARTITION BY s.table_id ORDER BY s.first_barrier) AS before
+              FROM unnest(CAST(%(ids)s AS bigint[])) AS o(id)
+              CROSS JOIN LATERAL (
+                    SELECT x.table_id, x.first_barrier, x.snapshot_id FROM snapshot_ranges x
+                     WHERE x.table_id = o.id AND x.snapshot_id IS NOT NULL
+                       AND x.first_barrier >= coalesce(
+                             (SELECT p.first_barrier FROM snapshot_ranges p
+                               WHERE p.table_id = o.id AND p.snapshot_id IS NOT NULL AND p.first_barrier <= %(after)s
+                               ORDER BY p.first_barrier DESC LIMIT 1), -1)) s) n
+      JOIN barriers b ON b.barrier = n.first_barrier
+     WHERE n.first_barrier > %(after)s AND n.snapshot_id IS DISTINCT FROM n.before
+"""
+
+
+async def head_barrier(conn: Connection) -> int | None:
+    """The newest barrier issued (None: none yet)."""
+    value = await fetch_value(conn, "SELECT max(barrier) FROM barriers")
+    return None if value is None else int(value)
+
+
+async def upstream_links(
+    conn: Connection, *, table_ids: Iterable[int] | None
+) -> list[tuple[int, int | None, int | None]]:
+    """(table, writer job or None, a table the writer reads or None) over the upstream closure of `table_ids`
+    (None: every table) in the current lineage."""
+    if table_ids is None:
+        return await fetch_all(conn, _ALL_UPSTREAM_LINKS)
+    return await fetch_all(conn, _UPSTREAM_LINKS, {"ids": id_array(table_ids)})
+
+
+async def new_data(conn: Connection, *, origin_ids: Iterable[int], after: int) -> list[tuple[int, int, datetime]]:
+    """(table, barrier, issue time) of each new snapshot the data origins got at a barrier after `after`."""
+    return await fetch_all(conn, _NEW_DATA, {"ids": id_array(origin_ids), "after": after})

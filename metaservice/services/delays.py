@@ -24,6 +24,7 @@ from metaservice.repositories import lineage as lineage_rows
 from metaservice.repositories import tables as table_rows
 from metaservice.repositories.lineage import JobFigures, Step, TableState
 from metaservice.schemas import CriticalStep, DelayList, DelaySummary, TableDelay
+from metaservice.services import lag as lag_figures
 
 # Walk bounds: a critical path longer than this, or a closure bigger than this, is reported cut short.
 MAX_LEVELS = 1000
@@ -61,6 +62,8 @@ async def table_delay(db: Database, *, table: str, barrier: int | None = None) -
                 barrier=None,
                 issued_at=None,
                 delay_seconds=None,
+                freshness_seconds=None,
+                lag_seconds=None,
                 completed_at=None,
                 end_to_end_seconds=None,
                 critical_path=[],
@@ -73,6 +76,7 @@ async def table_delay(db: Database, *, table: str, barrier: int | None = None) -
         path, truncated = paths.path((row.id, target), names)
         completed = paths.readiness((row.id, target))
         bottleneck = _bottleneck(path)
+        lag = (await lag_figures.lags(s, [(row.id, state.barrier)], now=now)).get(row.id)
         return TableDelay(
             table=table,
             table_kind=kind,
@@ -80,6 +84,8 @@ async def table_delay(db: Database, *, table: str, barrier: int | None = None) -
             barrier=target,
             issued_at=issued_at,
             delay_seconds=_seconds(now, issued_at),
+            freshness_seconds=_seconds(now, issued_at),
+            lag_seconds=lag,
             completed_at=completed,
             end_to_end_seconds=None if completed is None else _seconds(completed, issued_at),
             critical_path=path,
@@ -101,6 +107,7 @@ async def all_delays(db: Database) -> DelayList:
         paths = _CriticalPaths({t.barrier: t.issued_at for t in complete if t.barrier and t.issued_at})
         await paths.load(s, [(t.id, t.barrier) for t in complete if t.barrier is not None])
         names = await paths.table_names(s)
+        lags = await lag_figures.lags(s, [(t.id, t.barrier) for t in states], now=now, every_table=True)
         summaries = []
         for t in states:
             bottleneck = None
@@ -113,6 +120,8 @@ async def all_delays(db: Database) -> DelayList:
                     barrier=t.barrier,
                     issued_at=t.issued_at,
                     delay_seconds=None if t.issued_at is None else _seconds(now, t.issued_at),
+                    freshness_seconds=None if t.issued_at is None else _seconds(now, t.issued_at),
+                    lag_seconds=lags.get(t.id),
                     bottleneck_job=bottleneck[0] if bottleneck else None,
                     bottleneck_seconds=bottleneck[1] if bottleneck else None,
                 )
@@ -129,6 +138,7 @@ class TableFigure:
     kind: str
     barrier: int | None
     delay_seconds: float | None
+    lag_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -147,8 +157,15 @@ async def metric_figures(db: Database) -> MetricFigures:
     async def work(s: Connection) -> MetricFigures:
         states = await lineage_rows.table_states(s)
         now = await lineage_rows.db_now(s)
+        lags = await lag_figures.lags(s, [(t.id, t.barrier) for t in states], now=now, every_table=True)
         tables = [
-            TableFigure(t.name, _kind(t), t.barrier, None if t.issued_at is None else _seconds(now, t.issued_at))
+            TableFigure(
+                t.name,
+                _kind(t),
+                t.barrier,
+                None if t.issued_at is None else _seconds(now, t.issued_at),
+                lags.get(t.id),
+            )
             for t in states
         ]
         return MetricFigures(

@@ -22,8 +22,10 @@ from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import in_transaction
 from metaservice.errors import NotFound
 from metaservice.repositories import lineage as lineage_rows
-from metaservice.repositories.lineage import EdgeTuple, JobNodeRow, WalkRow
+from metaservice.repositories.lineage import AsOf, EdgeTuple, JobNodeRow, WalkRow
 from metaservice.schemas import LineageDirection
+from metaservice.services import lag as lag_figures
+from metaservice.services.as_of import AsOfSpec, resolve_as_of
 
 DEFAULT_DEPTH, MAX_DEPTH = 10, 100
 DEFAULT_MAX_NODES, MAX_NODES = 5000, 20_000
@@ -53,6 +55,8 @@ class TableNodeData(TypedDict):
     newest_complete_snapshot_id: int | None
     newest_complete_issued_at: datetime | None
     delay_seconds: float | None
+    freshness_seconds: float | None
+    lag_seconds: float | None
 
 
 class JobNodeData(TypedDict):
@@ -68,6 +72,11 @@ class JobNodeData(TypedDict):
 EdgeData = TypedDict("EdgeData", {"from": str, "to": str})
 
 
+class AsOfData(TypedDict):
+    barrier: int | None
+    time: datetime
+
+
 class LineageGraphData(TypedDict):
     table: str | None
     direction: LineageDirection
@@ -75,6 +84,7 @@ class LineageGraphData(TypedDict):
     nodes: list[TableNodeData | JobNodeData]
     edges: list[EdgeData]
     truncated: bool
+    as_of: AsOfData | None
 
 
 async def lineage_graph(
@@ -84,19 +94,22 @@ async def lineage_graph(
     direction: LineageDirection = "both",
     depth: int = DEFAULT_DEPTH,
     max_nodes: int = DEFAULT_MAX_NODES,
+    as_of: AsOfSpec | None = None,
 ) -> LineageGraphData:
-    """Tables, jobs and current edges around `table` within `depth` job hops, or the whole graph (table None)."""
+    """Tables, jobs and current edges around `table` within `depth` job hops, or the whole graph (table None);
+    with `as_of`, the lineage of that barrier or time (docs/design.md "Lineage through time")."""
 
     async def work(s: Connection) -> LineageGraphData:
         now, start = await lineage_rows.clock_and_table(s, name=table)
+        at = None if as_of is None else await resolve_as_of(s, as_of)
         if table is None:
-            picked = await _whole(s, max_nodes=max_nodes)
+            picked = await _whole(s, max_nodes=max_nodes, at=at)
         elif start is None:
             raise NotFound(f"table {table!r} is not registered", table=table)
         else:
-            picked = await _around(s, start=start, direction=direction, depth=depth, max_nodes=max_nodes)
+            picked = await _around(s, start=start, direction=direction, depth=depth, max_nodes=max_nodes, at=at)
         return await _annotate(
-            s, picked, now=now, table=table, direction=direction, depth=None if table is None else depth
+            s, picked, now=now, table=table, direction=direction, depth=None if table is None else depth, at=at
         )
 
     with _collection_paused():
@@ -153,6 +166,7 @@ class _Links:
     """
 
     upstream: bool
+    at: AsOf | None = None
     known: int = 0
     jobs_of: dict[int, dict[int, None]] = field(default_factory=dict)
     far_of: dict[int, dict[int, None]] = field(default_factory=dict)
@@ -166,7 +180,7 @@ class _Links:
         near_role = "sink" if self.upstream else "source"
         jobs_of, far_of = self.jobs_of, self.far_of
         rows = await lineage_rows.walk(
-            s, starts=frontier, upstream=self.upstream, depth=depth - level, budget=max_nodes, first=first
+            s, starts=frontier, upstream=self.upstream, depth=depth - level, budget=max_nodes, first=first, at=self.at
         )
         self.rows += rows
         deepest = total = 0
@@ -193,7 +207,9 @@ class _Links:
         return len(jobs) + len(beyond) > picked.max_nodes - len(picked.tables) - len(picked.jobs)
 
 
-async def _links_from(s: Connection, picked: _Picked, *, start: int, upstream: bool, depth: int) -> _Links:
+async def _links_from(
+    s: Connection, picked: _Picked, *, start: int, upstream: bool, depth: int, at: AsOf | None
+) -> _Links:
     """The walk's links from `start`, with its first level cut short when that level alone fills the answer.
 
     Every job of the first level takes a place, so past the first `room` + 1 (by id) none can be in the answer;
@@ -201,16 +217,16 @@ async def _links_from(s: Connection, picked: _Picked, *, start: int, upstream: b
     does not, the first level is fetched again up to `room` + 1 jobs, and the walk goes on from there.
     """
     room = picked.max_nodes - len(picked.tables) - len(picked.jobs)
-    links = _Links(upstream)
+    links = _Links(upstream, at)
     await links.fetch(s, frontier=[start], level=0, depth=depth, max_nodes=picked.max_nodes, first=room // 2 + 1)
     if len(links.jobs_of.get(start, ())) <= room // 2 or links.fills(picked, start):
         return links  # the first level is whole, or the part at hand fills the answer
-    links = _Links(upstream)
+    links = _Links(upstream, at)
     await links.fetch(s, frontier=[start], level=0, depth=depth, max_nodes=picked.max_nodes, first=room + 1)
     return links
 
 
-async def _around(s: Connection, *, start: int, direction: str, depth: int, max_nodes: int) -> _Picked:
+async def _around(s: Connection, *, start: int, direction: str, depth: int, max_nodes: int, at: AsOf | None) -> _Picked:
     picked = _Picked(max_nodes)
     picked.tables[start] = None
     ways = {"upstream": (True,), "downstream": (False,), "both": (True, False)}[direction]
@@ -218,7 +234,7 @@ async def _around(s: Connection, *, start: int, direction: str, depth: int, max_
     for upstream in ways:  # upstream first, as the picked sets are shared
         if depth == 0 or picked.truncated:
             break
-        links = await _links_from(s, picked, start=start, upstream=upstream, depth=depth)
+        links = await _links_from(s, picked, start=start, upstream=upstream, depth=depth, at=at)
         frontier: list[int] = [start]
         for level in range(depth):
             if not frontier or picked.truncated:
@@ -261,11 +277,11 @@ def _take_level(picked: _Picked, frontier: Sequence[int], links: _Links) -> list
     return beyond
 
 
-async def _whole(s: Connection, *, max_nodes: int) -> _Picked:
+async def _whole(s: Connection, *, max_nodes: int, at: AsOf | None) -> _Picked:
     """Every table and every job with edges; over the cap, the nodes nearest the roots (topological order)."""
     picked = _Picked(max_nodes)
-    edges = await lineage_rows.all_edges(s)
-    tables = await lineage_rows.all_table_ids(s)
+    edges = await lineage_rows.all_edges(s, at=at)
+    tables = await lineage_rows.all_table_ids(s, at=at)
     jobs = sorted({job_id for job_id, _, _ in edges})
     if len(tables) + len(jobs) <= max_nodes:
         picked.tables = dict.fromkeys(tables)
@@ -310,13 +326,24 @@ async def _annotate(
     table: str | None,
     direction: LineageDirection,
     depth: int | None,
+    at: AsOf | None,
 ) -> LineageGraphData:
-    """The answer: tables then jobs, each by name, with their states; then the edges among them."""
+    """The answer: tables then jobs, each by name, with their states; then the edges among them.
+
+    As of a past moment, delays are measured against that moment and lags are null (they need the newest root
+    data of that time, which is not kept)."""
     edges = picked.edges
     if edges is None:
-        edges = await lineage_rows.edges_of_jobs(s, job_ids=picked.jobs) if picked.jobs else []
-    states = await lineage_rows.table_nodes(s, table_ids=None if picked.all_tables else picked.tables)
-    jobs = await lineage_rows.job_nodes(s, job_ids=picked.jobs, per_job=RECENT_RUNS_PER_JOB) if picked.jobs else []
+        edges = await lineage_rows.edges_of_jobs(s, job_ids=picked.jobs, at=at) if picked.jobs else []
+    states = await lineage_rows.table_nodes(s, table_ids=None if picked.all_tables else picked.tables, at=at)
+    jobs = (
+        await lineage_rows.job_nodes(s, job_ids=picked.jobs, per_job=RECENT_RUNS_PER_JOB, at=at) if picked.jobs else []
+    )
+    lags: dict[int, float | None] = {}
+    if at is None:
+        lags = await lag_figures.lags(s, [(r[0], r[5]) for r in states], now=now, every_table=picked.all_tables)
+    else:
+        now = at.time
     table_ids: dict[int, str] = {}
     nodes: list[TableNodeData | JobNodeData] = []
     for table_id, name, fmt, has_writer, latest, barrier, snapshot, issued_at in states:
@@ -332,7 +359,9 @@ async def _annotate(
                 "newest_complete_barrier": barrier,
                 "newest_complete_snapshot_id": snapshot,
                 "newest_complete_issued_at": issued_at,
-                "delay_seconds": None if issued_at is None else (now - issued_at).total_seconds(),
+                "delay_seconds": (freshness := None if issued_at is None else (now - issued_at).total_seconds()),
+                "freshness_seconds": freshness,
+                "lag_seconds": lags.get(table_id),
             }
         )
     job_ids = _job_nodes(jobs, into=nodes)
@@ -349,6 +378,7 @@ async def _annotate(
         "nodes": nodes,
         "edges": wire_edges,
         "truncated": picked.truncated,
+        "as_of": None if at is None else {"barrier": at.barrier, "time": at.time},
     }
 
 

@@ -11,10 +11,12 @@
   const REFRESH_MS = Math.max(1000, Number(params.get("refresh") || 5) * 1000);
   const FOCUS = params.get("table"); // optional: only the graph around one table
   const DEPTH = params.get("depth");
+  const TOKEN_KEY = "metaservice-token"; // sessionStorage only: never a cookie, localStorage or the URL
+  const TREE_DEPTH = 4; // levels of input snapshots shown at first; "more levels" adds as many again
+  const TREE_MAX_DEPTH = 50;
 
   const TABLE_W = 184, TABLE_H = 48, JOB_W = 160, JOB_H = 32;
   const COL_GAP = 64, ROW_GAP = 12;
-  const LEGIBLE = 0.7; // the first view never zooms out further than this; "Fit" shows everything
 
   const $ = (id) => document.getElementById(id);
   const svg = $("graph"), viewport = $("viewport"), edgeLayer = $("edges"), nodeLayer = $("nodes");
@@ -31,7 +33,11 @@
     delay: null, // /delay answer of the selected table
     paused: false,
     timer: null,
-    token: sessionStorage.getItem("metaservice-token"),
+    token: sessionStorage.getItem(TOKEN_KEY),
+    signedOut: false, // a 401 stopped the page: nothing is polled until a token is given
+    seq: 0, // numbers /lineage requests, so an older answer never overwrites a newer question's
+    asOf: params.get("as_of"), // null: now; else the barrier number or ISO time the graph is of
+    tree: null, // snapshot lineage shown in the panel: {table, snapshot, depth, data, error}
     out: new Map(), // id -> ids it has edges to
     in: new Map(), // id -> ids with edges to it
     elements: new Map(), // id -> <g>
@@ -107,23 +113,30 @@
     return name.split(".").map(encodeURIComponent).join("/");
   }
 
+  class SignInNeeded extends Error {}
+
+  async function problemDetail(response) {
+    try {
+      const problem = await response.json();
+      return problem.detail || problem.title || `${response.status}`;
+    } catch (_) {
+      return `${response.status} ${response.statusText}`.trim();
+    }
+  }
+
+  // Every API call goes through here: the token travels only in the Authorization header.
   async function api(path) {
     const headers = { Accept: "application/json" };
-    if (state.token) headers.Authorization = `Bearer ${state.token}`;
-    const response = await fetch(path, { headers, cache: "no-store" });
+    const sent = state.token;
+    if (sent) headers.Authorization = `Bearer ${sent}`;
+    const response = await fetch(path, { headers, cache: "no-store", credentials: "omit" });
     if (response.status === 401) {
-      showAuth();
-      throw new Error("a token is required");
+      const detail = await problemDetail(response);
+      // A token that was replaced meanwhile (signed in again) is not the one the server refused.
+      if (sent === state.token) signedOut(sent ? detail : null);
+      throw new SignInNeeded(detail);
     }
-    if (!response.ok) {
-      let detail = `${response.status}`;
-      try {
-        detail = (await response.json()).detail || detail;
-      } catch (_) {
-        /* not JSON */
-      }
-      throw new Error(detail);
-    }
+    if (!response.ok) throw new Error(await problemDetail(response));
     return response.json();
   }
 
@@ -252,9 +265,20 @@
     return `M ${x1} ${y1} C ${x1 + dx} ${y1}, ${x2 - dx} ${y2}, ${x2} ${y2}`;
   }
 
+  function freshnessOf(n) {
+    // `delay_seconds` is the old name of freshness, answered by servers that predate the two figures.
+    return n.freshness_seconds !== undefined ? n.freshness_seconds : n.delay_seconds;
+  }
+
+  function lagText(lag) {
+    if (lag === null || lag === undefined) return "";
+    return lag === 0 ? "caught up" : `lag ${fmtSeconds(lag)}`;
+  }
+
   function tableNode(n, pos) {
+    const fresh = freshnessOf(n);
     const g = svgEl("g", {
-      class: `node table ${freshness(n.delay_seconds)}`,
+      class: `node table ${freshness(fresh)}`,
       transform: `translate(${pos.x},${pos.y})`,
       "data-id": n.id,
       "data-kind": "table",
@@ -262,15 +286,28 @@
       role: "button",
     });
     const { ns, short } = splitTable(n.name);
-    g.appendChild(svgEl("title", {}, `${n.name}\n${n.table_kind} table`));
+    const figures = [
+      `freshness ${fresh === null || fresh === undefined ? "—" : fmtSeconds(fresh)} (age of the newest barrier it completed)`,
+      n.lag_seconds === null || n.lag_seconds === undefined
+        ? "lag —"
+        : `lag ${fmtSeconds(n.lag_seconds)} (behind the newest root data; 0: caught up)`,
+    ];
+    g.appendChild(svgEl("title", {}, `${n.name}\n${n.table_kind} table\n${figures.join("\n")}`));
     g.appendChild(svgEl("rect", { class: "shape", width: pos.w, height: pos.h, rx: 6, ry: 6 }));
     g.appendChild(svgEl("rect", { class: "stripe", width: 5, height: pos.h - 2, x: 1, y: 1, rx: 3, ry: 3 }));
     g.appendChild(svgEl("text", { class: "name", x: 12, y: 16 }, shorten(short, 22)));
     const delay = svgEl("text", { class: "delay", x: pos.w - 8, y: 16, "text-anchor": "end" },
-      n.delay_seconds === null ? "—" : fmtSeconds(n.delay_seconds));
+      fresh === null || fresh === undefined ? "—" : fmtSeconds(fresh));
     g.appendChild(delay);
+    const lag = n.lag_seconds;
     g.appendChild(svgEl("text", { class: "ns", x: 12, y: 29 },
-      shorten(`${ns}${n.table_kind === "root" ? " · root" : ""}`, 32)));
+      shorten(`${ns}${n.table_kind === "root" ? " · root" : ""}`, lag === null || lag === undefined ? 32 : 17)));
+    if (lag !== null && lag !== undefined) {
+      const lagEl = svgEl("text", {
+        class: `lag${lag > 0 ? " behind" : ""}`, x: pos.w - 8, y: 29, "text-anchor": "end", "data-seconds": lag,
+      }, lagText(lag));
+      g.appendChild(lagEl);
+    }
     const meta = n.newest_complete_barrier === null
       ? "no complete barrier yet"
       : `barrier ${fmtTime(barrierTime(n.newest_complete_barrier))} · snap ${n.newest_complete_snapshot_id}`;
@@ -330,7 +367,9 @@
       for (const e of graph.edges) {
         const a = state.positions.get(e.from), b = state.positions.get(e.to);
         if (!a || !b) continue;
-        const path = svgEl("path", { class: "edge", d: edgePath(a, b), "marker-end": "url(#arrow)" });
+        const path = svgEl("path", {
+          class: "edge", d: edgePath(a, b), "marker-end": "url(#arrow)", "data-from": e.from, "data-to": e.to,
+        });
         edgeLayer.appendChild(path);
         state.edgeElements.push({ from: e.from, to: e.to, el: path });
       }
@@ -370,7 +409,7 @@
     for (const n of state.graph.nodes) {
       const pos = state.positions.get(n.id);
       if (!pos) continue;
-      const cls = n.kind === "table" ? `mm ${freshness(n.delay_seconds)}` : "mm job";
+      const cls = n.kind === "table" ? `mm ${freshness(freshnessOf(n))}` : "mm job";
       layer.appendChild(svgEl("rect", { class: cls, x: pos.x, y: pos.y, width: pos.w, height: pos.h, rx: 6 }));
     }
   }
@@ -396,17 +435,28 @@
     view.setAttribute("height", area.h);
   }
 
-  function fit(minimum = 0.03) {
+  // The part of the canvas nothing covers, in canvas coordinates: left of the side panel (should it ever overlap
+  // the canvas, as on a narrow window) and below the "as of" bar when it is shown.
+  function freeArea() {
     const box = svg.getBoundingClientRect();
-    const b = state.bounds;
-    const w = b.maxX - b.minX + 80, h = b.maxY - b.minY + 80;
-    const k = Math.min(1.4, Math.max(minimum, Math.min(box.width / w, box.height / h)));
-    const fitsWidth = (b.maxX - b.minX) * k <= box.width - 40;
+    const panel = $("panel").getBoundingClientRect();
+    let right = box.width;
+    if (panel.width > 0 && panel.left < box.right && panel.right > box.left) right = Math.max(0, panel.left - box.left);
+    const past = $("past");
+    const top = past.hidden ? 0 : past.getBoundingClientRect().bottom - box.top;
+    return { x: 0, y: Math.max(0, top), w: right, h: Math.max(0, box.height - Math.max(0, top)) };
+  }
+
+  // The whole graph's bounding box, centred in the free area with a margin, at most slightly enlarged.
+  function fit() {
+    const area = freeArea();
+    const b = state.bounds, margin = 24;
+    const w = b.maxX - b.minX, h = b.maxY - b.minY;
+    const k = Math.min(1.4, Math.max(0.005, Math.min((area.w - 2 * margin) / w, (area.h - 2 * margin) / h)));
     state.view = {
       k,
-      // too wide to show whole at a legible zoom: start at the roots (left) and let the admin pan
-      x: fitsWidth ? (box.width - (b.maxX - b.minX) * k) / 2 - b.minX * k : 24 - b.minX * k,
-      y: (box.height - (b.maxY - b.minY) * k) / 2 - b.minY * k,
+      x: area.x + (area.w - w * k) / 2 - b.minX * k,
+      y: area.y + (area.h - h * k) / 2 - b.minY * k,
     };
     applyView();
   }
@@ -485,6 +535,7 @@
   }
 
   async function select(id) {
+    if (id !== state.selected) state.tree = null;
     state.selected = id;
     state.delay = null;
     applyHighlight();
@@ -515,12 +566,17 @@
       return;
     }
     const requested = state.selected;
+    // In the past, explain the barrier the table had completed then, not today's.
+    const past = state.asOf !== null;
+    const barrier = node.newest_complete_barrier;
     try {
-      const delay = await api(`/tables/${tablePath(node.name)}/delay`);
+      const delay = past && barrier === null
+        ? null
+        : await api(`/tables/${tablePath(node.name)}/delay${past ? `?barrier=${encodeURIComponent(barrier)}` : ""}`);
       if (state.selected !== requested) return;
       state.delay = delay;
     } catch (err) {
-      if (state.selected !== requested) return;
+      if (state.selected !== requested || err instanceof SignInNeeded) return;
       state.delay = null;
       setStatus(`delay of ${node.name}: ${err.message}`, true);
     }
@@ -535,12 +591,29 @@
     body.appendChild(el("h2", { id: "panel-title" }, short));
     body.appendChild(el("div", { class: "kind" }, `${ns} · ${node.table_kind} table${node.format ? ` · ${node.format}` : ""}`));
 
-    const seconds = delay ? delay.delay_seconds : node.delay_seconds;
+    // In the past the node's figures are of that moment; today's delay endpoint would measure against now.
+    const seconds = delay && state.asOf === null ? freshnessOf(delay) : freshnessOf(node);
+    const figures = el("div", { class: "two-figures" });
+    const fresh = el("div");
+    fresh.appendChild(el("div", { class: "muted", title: "now − issue time of the newest barrier it completed" },
+      state.asOf === null ? "freshness" : "freshness then"));
     const big = el("div", { id: "panel-delay", class: `delay-big ${freshness(seconds)}` },
       seconds === null || seconds === undefined ? "nothing complete yet" : fmtSeconds(seconds));
     if (seconds !== null && seconds !== undefined) big.dataset.seconds = String(seconds);
-    body.appendChild(el("div", { class: "muted" }, "delay: now − issue time of the newest barrier it completed"));
-    body.appendChild(big);
+    fresh.appendChild(big);
+    figures.appendChild(fresh);
+    const lagBox = el("div");
+    lagBox.appendChild(el("div", { class: "muted", title: "how far behind the newest root data; 0: caught up" },
+      "lag"));
+    const lag = delay && state.asOf === null && delay.lag_seconds !== undefined ? delay.lag_seconds : node.lag_seconds;
+    const known = lag !== null && lag !== undefined;
+    const lagEl = el("div", { id: "panel-lag", class: `delay-big lag${known && lag > 0 ? " behind" : ""}` },
+      known ? (lag === 0 ? "caught up" : fmtSeconds(lag)) : "—");
+    if (known) lagEl.dataset.seconds = String(lag);
+    lagEl.title = known ? "" : state.asOf === null ? "nothing complete yet" : "lag is not kept through time";
+    lagBox.appendChild(lagEl);
+    figures.appendChild(lagBox);
+    body.appendChild(figures);
 
     const box = el("div", { class: "bottleneck-box" });
     box.appendChild(el("div", { class: "label" }, "bottleneck job"));
@@ -559,9 +632,10 @@
     figure(list, "issued", delay && delay.issued_at ? fmtTime(delay.issued_at) : fmtTime(node.newest_complete_issued_at));
     figure(list, "completed", delay && delay.completed_at ? fmtTime(delay.completed_at) : "—");
     figure(list, "end to end", delay ? fmtSeconds(delay.end_to_end_seconds) : "—");
-    figure(list, "snapshot", node.newest_complete_snapshot_id === null ? "—" : String(node.newest_complete_snapshot_id));
-    figure(list, "latest known", node.latest_snapshot_id === null ? "—" : String(node.latest_snapshot_id));
+    snapshotFigure(list, "snapshot", node, node.newest_complete_snapshot_id, "panel-snapshot");
+    snapshotFigure(list, "latest known", node, node.latest_snapshot_id, "panel-latest-snapshot");
     body.appendChild(list);
+    body.appendChild(snapshotTree(node));
 
     body.appendChild(el("h3", {}, "critical path (roots → table)"));
     const path = delay ? delay.critical_path : [];
@@ -604,6 +678,121 @@
     figure(lin, "writer", writer.length ? writer.join(", ") : "— (root)");
     figure(lin, "readers", readers.length ? readers.join(", ") : "—");
     body.appendChild(lin);
+  }
+
+  // A snapshot id as a button: clicking it shows the snapshot's lineage tree below the figures.
+  function snapshotFigure(list, label, node, snapshot, id) {
+    list.appendChild(el("dt", {}, label));
+    const dd = el("dd");
+    if (snapshot === null || snapshot === undefined) {
+      dd.textContent = "—";
+    } else {
+      const button = el("button", {
+        class: "snap-link", type: "button", id, "data-snapshot": snapshot,
+        title: "show the runs and input snapshots this snapshot was built from",
+      }, String(snapshot));
+      button.addEventListener("click", () => showTree(node.name, snapshot, TREE_DEPTH));
+      dd.appendChild(button);
+    }
+    list.appendChild(dd);
+  }
+
+  async function showTree(table, snapshot, depth) {
+    state.tree = { table, snapshot, depth, data: null, error: null };
+    const asked = state.tree;
+    redrawTree();
+    try {
+      const data = await api(`/tables/${tablePath(table)}/snapshots/${encodeURIComponent(snapshot)}/lineage?depth=${depth}`);
+      if (state.tree === asked) asked.data = data;
+    } catch (err) {
+      if (state.tree === asked) asked.error = err.message;
+    }
+    if (state.tree === asked) redrawTree();
+  }
+
+  function redrawTree() {
+    const current = $("snapshot-lineage");
+    const node = state.selected ? state.byId.get(state.selected) : null;
+    if (current && node) current.replaceWith(snapshotTree(node));
+  }
+
+  function snapshotTree(node) {
+    const box = el("div", { id: "snapshot-lineage" });
+    const tree = state.tree;
+    if (!tree || tree.table !== node.name) return box;
+    box.appendChild(el("h3", {}, `snapshot ${tree.snapshot}: built from`));
+    if (tree.error) {
+      box.appendChild(el("p", { class: "tree-error", id: "snapshot-lineage-error" }, tree.error));
+      return box;
+    }
+    if (!tree.data) {
+      box.appendChild(el("p", { class: "muted" }, "loading…"));
+      return box;
+    }
+    const root = el("ul", { class: "tree" });
+    root.appendChild(treeEntry(tree.data, true));
+    box.appendChild(root);
+    if (containsCut(tree.data) && tree.depth < TREE_MAX_DEPTH) {
+      const more = el("button", { class: "tree-more", type: "button", id: "snapshot-lineage-more" }, "more levels");
+      more.addEventListener("click",
+        () => showTree(tree.table, tree.snapshot, Math.min(TREE_MAX_DEPTH, tree.depth + TREE_DEPTH)));
+      box.appendChild(more);
+    }
+    return box;
+  }
+
+  function containsCut(entry) {
+    return entry.truncated || entry.inputs.some(containsCut);
+  }
+
+  // table@snapshot ← job@barrier, then the input snapshots the run read, each the same way.
+  function treeEntry(entry, top = false) {
+    const li = el("li", {
+      class: "entry", "data-table": entry.table, "data-snapshot": entry.snapshot_id,
+      "data-job": entry.job === null ? "" : entry.job, "data-barrier": entry.barrier === null ? "" : entry.barrier,
+    });
+    const line = el("div", { class: "line" });
+    const id = `table:${entry.table}`;
+    if (!top && state.byId.has(id)) {
+      // Drill down: select the input table and show this snapshot's own tree there.
+      const go = el("button", { class: "t tree-table", type: "button", title: "select it and show its lineage" },
+        entry.table);
+      go.addEventListener("click", async () => {
+        centreOn(id);
+        await select(id);
+        showTree(entry.table, entry.snapshot_id, TREE_DEPTH);
+      });
+      line.appendChild(go);
+    } else {
+      line.appendChild(el("span", { class: "t" }, entry.table));
+    }
+    line.appendChild(el("span", { class: "snap" }, `@${entry.snapshot_id}`));
+    const at = entry.barrier === null ? null : el("span", { class: "b", title: `barrier ${entry.barrier}` },
+      `barrier ${fmtTime(barrierTime(entry.barrier))}`);
+    if (entry.job !== null) {
+      line.appendChild(el("span", { class: "arrow" }, " ← "));
+      line.appendChild(el("span", { class: "job" }, entry.job));
+      if (at) {
+        line.appendChild(el("span", { class: "arrow" }, " @ "));
+        line.appendChild(at);
+      }
+      if (entry.started_at && entry.finished_at) {
+        const took = (new Date(entry.finished_at) - new Date(entry.started_at)) / 1000;
+        line.appendChild(el("span", { class: "dur" }, ` · ran ${fmtSeconds(took)}`));
+      }
+    } else {
+      line.appendChild(el("span", { class: "arrow" }, " · "));
+      line.appendChild(at ? el("span", { class: "b" }, "root, sealed by ") : el("span", { class: "b" }, "root, not sealed by a barrier yet"));
+      if (at) line.appendChild(at);
+    }
+    li.appendChild(line);
+    if (entry.inputs.length) {
+      const ul = el("ul");
+      for (const input of entry.inputs) ul.appendChild(treeEntry(input, false));
+      li.appendChild(ul);
+    }
+    if (entry.truncated) li.appendChild(el("div", { class: "cut" }, "… inputs not shown (depth)"));
+    return li;
   }
 
   function renderJob(body, node) {
@@ -649,7 +838,7 @@
     const summary = $("summary");
     clear(summary);
     const counts = { fresh: 0, lagging: 0, stale: 0, unknown: 0 };
-    for (const t of tables) counts[freshness(t.delay_seconds)] += 1;
+    for (const t of tables) counts[freshness(freshnessOf(t))] += 1;
     for (const [value, label] of [[tables.length, "tables"], [jobs.length, "jobs"],
       [counts.stale + counts.lagging, "lagging or stale"]]) {
       const cell = el("div");
@@ -660,14 +849,14 @@
     const worst = $("worst");
     clear(worst);
     const sorted = [...tables].sort((a, b) => {
-      const da = a.delay_seconds === null ? Infinity : a.delay_seconds;
-      const db = b.delay_seconds === null ? Infinity : b.delay_seconds;
+      const da = freshnessOf(a) === null ? Infinity : freshnessOf(a);
+      const db = freshnessOf(b) === null ? Infinity : freshnessOf(b);
       return db - da || a.name.localeCompare(b.name);
     });
     for (const t of sorted.slice(0, 8)) {
       const li = el("li");
-      li.appendChild(el("span", { class: `d ${freshness(t.delay_seconds)}` },
-        t.delay_seconds === null ? "—" : fmtSeconds(t.delay_seconds)));
+      li.appendChild(el("span", { class: `d ${freshness(freshnessOf(t))}` },
+        freshnessOf(t) === null ? "—" : fmtSeconds(freshnessOf(t))));
       li.appendChild(el("span", { class: "tname" }, t.name));
       li.addEventListener("click", () => {
         centreOn(t.id);
@@ -679,58 +868,220 @@
 
   // ---------------------------------------------------------------------------------------------- refresh
 
-  function lineageUrl() {
+  function lineageUrl(asOf) {
     const q = new URLSearchParams({ max_nodes: "5000" });
     if (FOCUS) q.set("table", FOCUS);
     if (FOCUS && DEPTH) q.set("depth", DEPTH);
+    if (asOf !== null) q.set("as_of", asOf);
     return `/lineage?${q}`;
   }
 
-  async function refresh() {
+  function show(graph) {
+    state.graph = graph;
+    state.byId = new Map(graph.nodes.map((n) => [n.id, n]));
+    state.out = new Map();
+    state.in = new Map();
+    for (const e of graph.edges) {
+      if (!state.out.has(e.from)) state.out.set(e.from, []);
+      if (!state.in.has(e.to)) state.in.set(e.to, []);
+      state.out.get(e.from).push(e.to);
+      state.in.get(e.to).push(e.from);
+    }
+    const signature = JSON.stringify([graph.nodes.map((n) => n.id), graph.edges.map((e) => `${e.from}>${e.to}`)]);
+    const relayout = signature !== state.signature;
+    if (relayout) {
+      const { positions, bounds } = layout(graph.nodes, graph.edges);
+      state.positions = positions;
+      state.bounds = bounds;
+      state.signature = signature;
+    }
+    showPast(graph.as_of || null);
+    draw(relayout);
+    if (!state.fitted && graph.nodes.length) {
+      fit();
+      state.fitted = true;
+    }
+    renderSummary();
+    if (state.selected && !state.byId.has(state.selected)) state.selected = null;
+  }
+
+  // Loads the graph now or as of `state.asOf`. The present is polled; the past does not change, so it is not.
+  async function refresh(preloaded = null) {
     clearTimeout(state.timer);
+    const seq = ++state.seq;
+    const asked = state.asOf;
     try {
-      const graph = await api(lineageUrl());
-      state.graph = graph;
-      state.byId = new Map(graph.nodes.map((n) => [n.id, n]));
-      state.out = new Map();
-      state.in = new Map();
-      for (const e of graph.edges) {
-        if (!state.out.has(e.from)) state.out.set(e.from, []);
-        if (!state.in.has(e.to)) state.in.set(e.to, []);
-        state.out.get(e.from).push(e.to);
-        state.in.get(e.to).push(e.from);
-      }
-      const signature = JSON.stringify([graph.nodes.map((n) => n.id), graph.edges.map((e) => `${e.from}>${e.to}`)]);
-      const relayout = signature !== state.signature;
-      if (relayout) {
-        const { positions, bounds } = layout(graph.nodes, graph.edges);
-        state.positions = positions;
-        state.bounds = bounds;
-        state.signature = signature;
-      }
-      draw(relayout);
-      if (!state.fitted && graph.nodes.length) {
-        fit(LEGIBLE);
-        state.fitted = true;
-      }
-      renderSummary();
-      if (state.selected && !state.byId.has(state.selected)) state.selected = null;
+      const graph = preloaded || (await api(lineageUrl(asked)));
+      if (seq !== state.seq) return;
+      signedIn();
+      show(graph);
       await renderPanel();
+      if (seq !== state.seq) return;
       const tables = graph.nodes.filter((n) => n.kind === "table").length;
       svg.dataset.loaded = "true";
-      setStatus(`${tables} tables · ${graph.nodes.length - tables} jobs · updated ${fmtTime(new Date().toISOString())}`);
+      svg.dataset.asOf = asked === null ? "" : asked;
+      const when = asked === null ? `updated ${fmtTime(new Date().toISOString())}` : "as of the past, not refreshed";
+      setStatus(`${tables} tables · ${graph.nodes.length - tables} jobs · ${when}`);
+      loadChanges();
     } catch (err) {
-      setStatus(`refresh failed: ${err.message} — retrying`, true);
+      if (seq !== state.seq || err instanceof SignInNeeded) return; // signed out: nothing is polled
+      if (asked !== null) showAsOfError(err.message);
+      if (!$("auth").hidden) {
+        // Signing in, and the server failed otherwise (down, 5xx): say so; the next poll tries the token again.
+        $("auth-error").hidden = false;
+        $("auth-error").textContent = `The server did not answer: ${err.message}`;
+        $("auth-submit").disabled = false;
+      }
+      setStatus(`refresh failed: ${err.message}${asked === null ? " — retrying" : ""}`, true);
     }
-    if (!state.paused) state.timer = setTimeout(refresh, REFRESH_MS);
+    if (!state.paused && state.asOf === null && seq === state.seq) state.timer = setTimeout(refresh, REFRESH_MS);
+  }
+
+  // ---------------------------------------------------------------------------------------------- as of
+
+  // What the admin typed, as the server's `as_of`: digits are a barrier; a time without a zone is local time.
+  function asOfValue(text) {
+    const value = text.trim();
+    if (/^\d+$/.test(value)) return value;
+    // Times go out as RFC 3339 in UTC with seconds, the one form the server takes (it refuses zoneless times).
+    if (/(Z|[+-]\d\d:?\d\d)$/i.test(value) && !Number.isNaN(Date.parse(value))) return new Date(value).toISOString();
+    const clock = /^(\d{1,2}):(\d\d)(?::(\d\d)(\.\d+)?)?$/.exec(value);
+    if (clock) {
+      const d = new Date();
+      d.setHours(Number(clock[1]), Number(clock[2]), Number(clock[3] || 0), Math.round(Number(clock[4] || 0) * 1000));
+      return d.toISOString();
+    }
+    const local = new Date(value.replace(" ", "T"));
+    return Number.isNaN(local.getTime()) ? value : local.toISOString(); // else the server says what is wrong
+  }
+
+  function showAsOfError(message) {
+    const box = $("as-of-error");
+    box.hidden = !message;
+    box.textContent = message ? `As of: ${message}` : "";
+  }
+
+  function rememberAsOf(value) {
+    const url = new URL(window.location.href);
+    if (value === null) url.searchParams.delete("as_of");
+    else url.searchParams.set("as_of", value);
+    window.history.replaceState(null, "", url);
+  }
+
+  // Loads the graph as of `value` (null: now). A value the server refuses leaves the page showing what it showed.
+  async function goTo(value) {
+    showAsOfError(null);
+    clearTimeout(state.timer);
+    const seq = ++state.seq;
+    let graph = null;
+    if (value !== null) {
+      try {
+        graph = await api(lineageUrl(value));
+      } catch (err) {
+        if (seq === state.seq && !(err instanceof SignInNeeded)) {
+          showAsOfError(err.message);
+          if (state.asOf === null && !state.paused) state.timer = setTimeout(refresh, REFRESH_MS);
+        }
+        return;
+      }
+      if (seq !== state.seq) return;
+      state.asOf = value;
+    } else {
+      state.asOf = null;
+      $("as-of").value = "";
+    }
+    state.fitted = false;
+    state.tree = null;
+    rememberAsOf(state.asOf);
+    await refresh(graph);
+  }
+
+  function showPast(asOf) {
+    const past = $("past");
+    const inPast = state.asOf !== null && asOf !== null;
+    document.body.classList.toggle("in-past", inPast);
+    past.hidden = !inPast;
+    $("as-of-now").hidden = !inPast;
+    if (!inPast) return;
+    const barrier = asOf.barrier === null ? "before the first barrier" : `barrier ${asOf.barrier}`;
+    const time = new Date(asOf.time);
+    const when = Number.isNaN(time.getTime()) ? asOf.time : time.toLocaleString();
+    $("past-text").textContent = `Showing the past: the lineage as of ${when} (${barrier}). Not refreshed.`;
+    past.dataset.barrier = asOf.barrier === null ? "" : String(asOf.barrier);
+    if (document.activeElement !== $("as-of") && !$("as-of").value) $("as-of").value = state.asOf;
+  }
+
+  // The newest lineage changes, each a way into the graph just before it took effect.
+  async function loadChanges() {
+    let page;
+    try {
+      page = await api("/lineage/changes?limit=20");
+    } catch (_) {
+      return; // an older server without the endpoint: the list stays empty
+    }
+    const list = $("changes");
+    const key = JSON.stringify(page.changes);
+    if (list.dataset.key === key) return;
+    list.dataset.key = key;
+    clear(list);
+    if (!page.changes.length) list.appendChild(el("li", { class: "muted" }, "none recorded"));
+    for (const c of page.changes) {
+      const li = el("li", {
+        "data-barrier": c.barrier, title: c.barrier ? `show the lineage as of barrier ${c.barrier}` : "",
+      });
+      li.appendChild(el("span", { class: c.change }, c.change === "added" ? "+ " : "− "));
+      li.appendChild(el("span", {}, `${c.job_id} ${c.role === "source" ? "reads" : "writes"} ${c.table} `));
+      li.appendChild(el("span", { class: "when" }, fmtTime(c.at)));
+      // `barrier` is the newest one issued before the change: the graph as of it does not have the change yet.
+      if (c.barrier > 0) li.addEventListener("click", () => {
+        $("as-of").value = String(c.barrier);
+        goTo(String(c.barrier));
+      });
+      list.appendChild(li);
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------- sign-in
+
+  // The token was refused or dropped: forget it, wipe what it showed, ask for another and stop polling.
+  function signedOut(message) {
+    state.signedOut = true;
+    clearTimeout(state.timer);
+    state.token = null;
+    sessionStorage.removeItem(TOKEN_KEY);
+    state.graph = null;
+    state.byId = new Map();
+    state.signature = "";
+    state.fitted = false;
+    state.selected = null;
+    state.tree = null;
+    state.elements.clear();
+    state.edgeElements = [];
+    for (const id of ["edges", "nodes", "minimap-nodes", "summary", "worst", "changes", "panel-body"]) clear($(id));
+    $("changes").dataset.key = "";
+    $("panel-body").hidden = true;
+    $("panel-intro").hidden = false;
+    $("minimap").toggleAttribute("hidden", true);
+    $("sign-out").hidden = true;
+    delete svg.dataset.loaded;
+    setStatus("signed out");
+    const error = $("auth-error");
+    error.hidden = !message;
+    error.textContent = message || "";
+    $("auth-backdrop").hidden = false;
+    $("auth").hidden = false;
+    $("auth-submit").disabled = false;
+    $("auth-token").focus();
+  }
+
+  function signedIn() {
+    state.signedOut = false;
+    $("auth").hidden = true;
+    $("auth-backdrop").hidden = true;
+    $("sign-out").hidden = !state.token;
   }
 
   // ---------------------------------------------------------------------------------------------- events
-
-  function showAuth() {
-    $("auth").hidden = false;
-    $("auth-token").focus();
-  }
 
   function nodeIdOf(target) {
     const g = target.closest ? target.closest("g.node") : null;
@@ -828,11 +1179,29 @@
     });
     $("auth").addEventListener("submit", (ev) => {
       ev.preventDefault();
-      state.token = $("auth-token").value.trim() || null;
-      if (state.token) sessionStorage.setItem("metaservice-token", state.token);
-      $("auth").hidden = true;
-      refresh();
+      const token = $("auth-token").value.trim();
+      if (!token) {
+        $("auth-error").hidden = false;
+        $("auth-error").textContent = "Enter a token.";
+        return;
+      }
+      $("auth-token").value = "";
+      $("auth-submit").disabled = true;
+      state.token = token;
+      sessionStorage.setItem(TOKEN_KEY, token);
+      refresh(); // the server decides: the graph, or the sign-in again with its problem message
     });
+    $("sign-out").addEventListener("click", () => {
+      signedOut(null);
+      refresh(); // with auth on this asks for a token again; with auth off the page simply carries on
+    });
+    $("as-of-form").addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const text = $("as-of").value.trim();
+      goTo(text ? asOfValue(text) : null);
+    });
+    $("as-of-now").addEventListener("click", () => goTo(null));
+    $("past-now").addEventListener("click", () => goTo(null));
     window.addEventListener("resize", () => {
       if (state.graph && !state.graph.nodes.length) return;
       applyView();
@@ -840,5 +1209,6 @@
   }
 
   wire();
+  if (state.asOf !== null) $("as-of").value = state.asOf;
   refresh();
 })();

@@ -2,64 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests import support
 from tests.api.test_delays import CUSTOMERS, DIAMOND, DIM, ENRICHED, ORDERS, REVENUE, Driver, path
+from tests.browser.page import DEADLINE, nodes, visible
 
 pytestmark = pytest.mark.browser
-
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
-DEADLINE = 30.0
-
-
-@pytest.fixture(name="browser")
-def fx_browser(tmp_path: Path) -> Iterator[webdriver.Chrome]:
-    """Headless Chromium from the system packages, with a fresh profile; skipped (never silently) when missing."""
-    if not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()):
-        reason = "chromium not installed: apt-get install chromium chromium-driver"
-        if os.environ.get("METASERVICE_REQUIRE_BROWSER"):
-            pytest.fail(reason)
-        pytest.skip(reason)
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--no-first-run",
-        "--window-size=1500,900",
-        f"--user-data-dir={tmp_path / 'chrome-profile'}",
-    ):
-        options.add_argument(flag)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=CHROMEDRIVER))
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def nodes(browser: webdriver.Chrome, kind: str) -> list[str]:
-    elements = browser.find_elements(By.CSS_SELECTOR, f"#nodes g.node[data-kind='{kind}']")
-    return [str(e.get_attribute("data-id")) for e in elements]
-
 
 # Read in one script so a refresh re-rendering the panel cannot leave us holding stale elements.
 _PANEL = """
@@ -104,6 +60,7 @@ def test_page_draws_every_node_and_explains_a_clicked_table(
         lambda b: len(nodes(b, "table")) == len(want_tables) and len(nodes(b, "job")) == len(want_jobs)
     )
     assert browser.current_url.endswith("/ui/?refresh=1")
+    assert not visible(browser, "auth") and not visible(browser, "sign-out")  # auth off: no sign-in at all
     assert set(nodes(browser, "table")) == want_tables and set(nodes(browser, "job")) == want_jobs
     assert len(browser.find_elements(By.CSS_SELECTOR, "#edges path.edge")) == len(graph["edges"])
 
@@ -177,3 +134,46 @@ def test_page_lays_out_a_graph_of_200_plus_nodes_left_to_right_without_overlaps(
     shot = tmp_path / "ui-large.png"
     assert browser.save_screenshot(str(shot))
     print(f"screenshot: {shot}")
+
+
+# Every table's drawn box and the free graph area (the canvas left of the side panel), in window pixels.
+_BOXES = """
+const canvas = document.getElementById('graph').getBoundingClientRect();
+const panel = document.getElementById('panel').getBoundingClientRect();
+const area = {left: canvas.left, top: canvas.top, right: Math.min(canvas.right, panel.left), bottom: canvas.bottom};
+const tables = [...document.querySelectorAll("#nodes g.node[data-kind='table']")].map((g) => {
+  const r = g.querySelector('rect.shape').getBoundingClientRect();
+  return {id: g.dataset.id, left: r.left, top: r.top, right: r.right, bottom: r.bottom};
+});
+return {area, tables, panel_left: panel.left};
+"""
+
+
+def test_first_load_fits_every_table_beside_the_side_panel(
+    api: httpx.Client, server: support.ServerProcess, browser: webdriver.Chrome
+) -> None:
+    # A long chain beside the diamond: wider than a laptop window at a readable zoom.
+    chain = {f"step{i}": ([f"lake.chain.t{i}"], [f"lake.chain.t{i + 1}"]) for i in range(7)}
+    pipeline = Driver(api, {**DIAMOND, **chain})
+    pipeline.run("enrich", {ORDERS: 1, CUSTOMERS: 1})
+    tables = {n["id"] for n in api.get("/lineage").json()["nodes"] if n["kind"] == "table"}
+    browser.set_window_size(1100, 760)
+
+    browser.get(f"{server.base_url}/ui/")
+    WebDriverWait(browser, DEADLINE).until(lambda b: set(nodes(b, "table")) == tables)
+    WebDriverWait(browser, DEADLINE).until(
+        lambda b: b.execute_script("return document.getElementById('graph').dataset.loaded")
+    )
+    shown = browser.execute_script(_BOXES)
+    area = shown["area"]
+    assert area["right"] - area["left"] > 300, "the graph area is squeezed away"
+    for box in shown["tables"]:
+        inside = (
+            area["left"] <= box["left"]
+            and box["right"] <= area["right"]
+            and area["top"] <= box["top"]
+            and box["bottom"] <= area["bottom"]
+        )
+        assert inside, f"{box['id']} lies outside the visible graph area {area}: {box}"
+        assert box["right"] <= shown["panel_left"], f"{box['id']} is under the side panel"
+    assert not browser.find_element(By.ID, "minimap").is_displayed()  # everything is in view: no overview needed
