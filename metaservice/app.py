@@ -32,6 +32,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
     try:
         async with AsyncExitStack() as background:
             await background.enter_async_context(refresher.running())
+            background.enter_context(database.listener.draining_on_signals())
             if settings.openlineage_url is not None:
                 from metaservice.services.openlineage.emitter import OpenLineageEmitter  # only when configured
 
@@ -70,6 +71,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(lineage.router)
     app.include_router(openlineage_api.router)
     ui.install(app)
+    versions.publish_wait_limit(app, settings.max_wait_seconds)
     app.add_middleware(RequestBodies, max_bytes=settings.max_body_bytes)
     if settings.openlineage_url is not None:
         app.add_middleware(RunOutbox)  # ended barrier runs of a successful request go to the emitter

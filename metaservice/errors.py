@@ -46,6 +46,12 @@ class NoConsistentVersion(MetaServiceError):
     status, code, title = 404, "no_consistent_version", "No consistent version yet"
 
 
+class NotFreshEnough(MetaServiceError):
+    """No consistent version met the freshness bound within the wait; the body says how stale the best one is."""
+
+    status, code, title = 409, "not_fresh_enough", "No consistent version is fresh enough"
+
+
 class CycleError(MetaServiceError):
     status, code, title = 409, "cycle", "Registration would close a cycle"
 

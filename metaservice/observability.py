@@ -353,9 +353,32 @@ def _incoming_id(scope: Scope) -> str | None:
     return None
 
 
+class VersionWaiters(Collector):
+    """Freshness-bounded reads blocked until a change (db/listener.py), read from the app's database at scrape
+    time (this server process)."""
+
+    def __init__(self, app: FastAPI) -> None:
+        self.app = app
+
+    def collect(self) -> Iterable[Metric]:
+        database = getattr(self.app.state, "database", None)
+        listener = getattr(database, "listener", None)
+        yield GaugeMetricFamily(
+            "metaservice_version_waiters",
+            "Freshness-bounded version reads waiting for a newer consistent version (this server process).",
+            value=0 if listener is None else listener.waiting,
+        )
+        yield CounterMetricFamily(
+            "metaservice_version_notifications",
+            "Change notifications the listening connection received (this server process).",
+            value=0 if listener is None else listener.notifications,
+        )
+
+
 def install(app: FastAPI) -> HttpMetrics:
     """Add the request middleware (outermost of ours) and keep the per-process metrics on `app.state`."""
     metrics = HttpMetrics()
+    metrics.registry.register(VersionWaiters(app))
     app.state.http_metrics = metrics
     app.add_middleware(RequestObservability, metrics=metrics)
     return metrics

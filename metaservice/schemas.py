@@ -8,7 +8,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, StringConstraints
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
 NAME_PART = r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}"
 NAME_PART_PATTERN = f"^{NAME_PART}$"
@@ -114,9 +122,66 @@ class SnapshotReportRequest(Request):
     committed_at: CommitTime | None = None
 
 
-class VersionsRequest(Request):
+MinBarrier = Annotated[
+    int | None,
+    Field(ge=0, le=MAX_BIGINT, description="answer only a version at this barrier or later (waiting for one)"),
+]
+MaxStaleness = Annotated[
+    float | None,
+    Field(
+        gt=0,
+        le=10**9,
+        allow_inf_nan=False,
+        description="answer only a version whose barrier was issued at most this many seconds ago (database clock)",
+    ),
+]
+WaitSeconds = Annotated[
+    float | None,
+    Field(
+        ge=0,
+        allow_inf_nan=False,
+        description="with a bound: wait up to this long for a version that meets it (at most the server's "
+        "max_wait_seconds); default 0, answer at once. Without a bound there is nothing to wait for",
+    ),
+]
+
+
+class FreshnessBound(BaseModel):
+    """How fresh a consistent version must be: `min_barrier` or `max_staleness_seconds` (not both), and how long
+    to wait for one. Without a bound nothing is waited for (a `wait_seconds` alone is checked against the maximum,
+    then has no effect) and any consistent version is answered."""
+
+    min_barrier: MinBarrier = None
+    max_staleness_seconds: MaxStaleness = None
+    wait_seconds: WaitSeconds = None
+
+    @model_validator(mode="after")
+    def _one_bound(self) -> FreshnessBound:
+        if self.min_barrier is not None and self.max_staleness_seconds is not None:
+            raise ValueError("give min_barrier or max_staleness_seconds, not both")
+        return self
+
+    @property
+    def bounded(self) -> bool:
+        return self.min_barrier is not None or self.max_staleness_seconds is not None
+
+
+class FreshnessQuery(FreshnessBound):
+    """The bound as query parameters of `GET /version/...` (strings parsed as numbers, unknown names refused)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class VersionsRequest(Request, FreshnessBound):
     tables: Annotated[list[TableName], Field(min_length=1, max_length=MAX_BODY_ITEMS)]
     consistency: Consistency = "strong"
+
+    def bound(self) -> FreshnessBound:
+        return FreshnessBound(
+            min_barrier=self.min_barrier,
+            max_staleness_seconds=self.max_staleness_seconds,
+            wait_seconds=self.wait_seconds,
+        )
 
 
 class Registration(BaseModel):

@@ -103,6 +103,12 @@ class Settings(BaseSettings):
         "request gets 503 (or 504 during a commit). Default: pool timeout + connect timeout + statement timeout "
         "+ 1 s. Bounds requests when the database stops answering without closing connections.",
     )
+    max_wait_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        description="Longest `wait_seconds` a freshness-bounded read (POST /versions, GET /version/...) may ask for.",
+    )
     max_body_bytes: int = Field(default=1_048_576, ge=1024, description="Larger request bodies get 413.")
     retry_after_seconds: int = Field(default=1, ge=1, description="Retry-After sent with 503 answers.")
     auth_enabled: bool = Field(

@@ -415,40 +415,82 @@ class MetaServiceClient:
 
     # --- reads --------------------------------------------------------------------------------------------
 
-    def version(self, table: str, consistency: Consistency = "strong") -> TableVersion:
-        """The snapshot of one table to read now.
+    def version(
+        self,
+        table: str,
+        consistency: Consistency = "strong",
+        *,
+        min_barrier: int | None = None,
+        max_staleness_seconds: float | None = None,
+        wait_seconds: float | None = None,
+    ) -> TableVersion:
+        """The snapshot of one table to read now, or (with a bound) one at least that fresh.
 
         Args:
             table: `catalog.database.table`.
             consistency: "strong" (agrees with every other strong read of the pipeline) or "weak" (freshest).
+            min_barrier: only a version at this barrier or later (see `versions`).
+            max_staleness_seconds: only a version whose barrier is at most this old (see `versions`).
+            wait_seconds: how long the server may wait for one (see `versions`).
 
         Raises:
             NoConsistentVersion: no barrier has completed in the table yet.
+            NotFreshEnough: no version met the bound within `wait_seconds`.
             NotFound: the table is unknown.
 
         Example:
             snapshot = client.version("lake.mart.orders_enriched").snapshot_id
         """
+        bound = _bound(min_barrier, max_staleness_seconds, wait_seconds)
         path = f"/version/{_segment(consistency)}/{_table_path(table)}"
-        return TableVersion.from_json(self._object("GET", path))
+        return TableVersion.from_json(self._object("GET", path, params=bound, **self._waiting(wait_seconds)))
 
-    def versions(self, tables: Sequence[str], consistency: Consistency = "strong") -> ConsistentVersions:
+    def versions(
+        self,
+        tables: Sequence[str],
+        consistency: Consistency = "strong",
+        *,
+        min_barrier: int | None = None,
+        max_staleness_seconds: float | None = None,
+        wait_seconds: float | None = None,
+    ) -> ConsistentVersions:
         """One barrier and one snapshot per table, to read the tables together.
+
+        With a freshness bound (`min_barrier` or `max_staleness_seconds`, not both) only a version meeting it is
+        answered; the server waits up to `wait_seconds` (at most its `max_wait_seconds`, 30 s by default) for one
+        to be committed and answers as soon as it is. This call's HTTP timeout is extended by `wait_seconds`.
 
         Args:
             tables: `catalog.database.table` names.
             consistency: "strong" or "weak".
+            min_barrier: only a version at this barrier or later (e.g. the barrier your job just committed).
+            max_staleness_seconds: only a version whose barrier was issued at most this many seconds ago
+                (by the database's clock).
+            wait_seconds: how long the server may wait for a version meeting the bound (default 0: answer now).
 
         Raises:
             NoConsistentVersion: no barrier is complete in all of them yet.
+            NotFreshEnough: no version met the bound within `wait_seconds` (its attributes say how stale the
+                freshest one was).
+            InvalidRequest: both bounds, or a negative or too long wait.
 
         Example:
             versions = client.versions(["lake.mart.a", "lake.mart.b"], "weak").versions
+            fresh = client.versions(["lake.mart.a"], min_barrier=committed.barrier, wait_seconds=20)
         """
         if isinstance(tables, str):
             raise TypeError("tables must be a sequence of table names, not one string")
         body = {"tables": list(tables), "consistency": consistency}
-        return ConsistentVersions.from_json(self._object("POST", "/versions", json=body))
+        body.update(_bound(min_barrier, max_staleness_seconds, wait_seconds))
+        return ConsistentVersions.from_json(self._object("POST", "/versions", json=body, **self._waiting(wait_seconds)))
+
+    def _waiting(self, wait_seconds: float | None) -> dict[str, Any]:
+        """Request options for a call the server may hold for `wait_seconds`: a read timeout that outlasts it."""
+        if not wait_seconds or wait_seconds <= 0:
+            return {}
+        base = self._http.timeout
+        read = (base.read or 30.0) + float(wait_seconds)
+        return {"timeout": httpx.Timeout(read, connect=base.connect, write=base.write, pool=base.pool)}
 
     # --- leases and retention -----------------------------------------------------------------------------
 
@@ -713,6 +755,12 @@ class MetaServiceClient:
                 code="invalid_response",
             )
         return data
+
+
+def _bound(min_barrier: int | None, max_staleness_seconds: float | None, wait_seconds: float | None) -> dict[str, Any]:
+    """The freshness bound's fields that are set (the server checks their combination and ranges)."""
+    fields = {"min_barrier": min_barrier, "max_staleness_seconds": max_staleness_seconds, "wait_seconds": wait_seconds}
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 __all__ = ["MetaServiceClient", "StartAt", "check_start"]

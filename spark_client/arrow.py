@@ -74,6 +74,9 @@ def consistent_arrow(
     consistency: Literal["strong", "weak"] = "strong",
     holder: str | None = None,
     ttl_seconds: float = 600,
+    min_barrier: int | None = None,
+    max_staleness_seconds: float | None = None,
+    wait_seconds: float | None = None,
 ) -> Iterator[ConsistentArrow]:
     """Yield pyarrow Datasets of `names` at one consistent version; a lease keeps them from expiring.
 
@@ -86,6 +89,12 @@ def consistent_arrow(
         consistency: "strong" (agrees with every other strong read of the pipeline) or "weak" (freshest).
         holder: lease holder name shown to admins (default: user@host:pid).
         ttl_seconds: lease lifetime; the lease is released when the block ends.
+        min_barrier: read only a version at this barrier or later (see `MetaServiceClient.versions`).
+        max_staleness_seconds: read only a version whose barrier is at most this old (database clock).
+        wait_seconds: how long the server may wait for a version meeting the bound.
+
+    Raises:
+        NotFreshEnough: no version met the bound within `wait_seconds` (nothing was leased).
 
     Example:
         import duckdb, polars as pl
@@ -96,7 +105,13 @@ def consistent_arrow(
             con.sql("select day, sum(revenue) from revenue group by day").fetchall()
             pl.scan_pyarrow_dataset(t["lake.mart.orders"]).group_by("day").agg(pl.col("amount").sum()).collect()
     """
-    versions = client.versions(list(names), consistency)
+    versions = client.versions(
+        list(names),
+        consistency,
+        min_barrier=min_barrier,
+        max_staleness_seconds=max_staleness_seconds,
+        wait_seconds=wait_seconds,
+    )
     lease = client.create_lease(holder or _default_holder(), versions.versions, ttl_seconds=ttl_seconds)
     try:
         datasets = {name: arrow_dataset(catalog, name, versions.versions[name]) for name in names}

@@ -18,6 +18,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any
 
 
@@ -229,6 +230,57 @@ class AlreadyCommitted(Conflict):
     """
 
 
+class NotFreshEnough(Conflict):
+    """409 `not_fresh_enough`: no consistent version met the freshness bound within the wait.
+
+    Attributes:
+        best_barrier: barrier of the freshest consistent version there was (None when the server did not say).
+        best_issued_at: when that barrier was issued (timezone-aware), or None.
+        staleness_seconds: its age by the database clock when the server gave up, or None.
+        min_barrier: the bound asked (None when the bound was a staleness).
+        max_staleness_seconds: the bound asked (None when the bound was a barrier).
+
+    Example:
+        try:
+            versions = client.versions(["lake.mart.a"], max_staleness_seconds=300, wait_seconds=30)
+        except NotFreshEnough as exc:
+            print(f"freshest is barrier {exc.best_barrier}, {exc.staleness_seconds:.0f} s old")
+    """
+
+    def __init__(
+        self,
+        detail: str,
+        *,
+        status: int | None = None,
+        code: str = "not_fresh_enough",
+        body: Mapping[str, Any] | None = None,
+    ) -> None:
+        super().__init__(detail, status=status, code=code, body=body)
+        self.best_barrier: int | None = _optional_int(self.body.get("best_barrier"))
+        self.best_issued_at: datetime | None = _optional_time(self.body.get("best_issued_at"))
+        self.staleness_seconds: float | None = _optional_float(self.body.get("staleness_seconds"))
+        self.min_barrier: int | None = _optional_int(self.body.get("min_barrier"))
+        self.max_staleness_seconds: float | None = _optional_float(self.body.get("max_staleness_seconds"))
+
+
+def _optional_int(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _optional_float(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _optional_time(value: object) -> datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else None
+
+
 class NotRoot(Conflict):
     """409 `not_root`: snapshots of a table written by a job cannot be reported from outside.
 
@@ -356,6 +408,7 @@ _CONFLICTS: dict[str, type[Conflict]] = {
     "snapshot_regressed": SnapshotRegressed,
     "already_committed": AlreadyCommitted,
     "not_root": NotRoot,
+    "not_fresh_enough": NotFreshEnough,
 }
 _BUSY_STATUSES = frozenset({429, 502, 503, 504})
 
@@ -412,6 +465,7 @@ __all__ = [
     "MetaServiceError",
     "NoConsistentVersion",
     "NotFound",
+    "NotFreshEnough",
     "NotInFlight",
     "NotRoot",
     "OutcomeUnknown",

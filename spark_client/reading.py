@@ -40,6 +40,9 @@ def consistent_tables(
     consistency: Literal["strong", "weak"] = "strong",
     holder: str | None = None,
     ttl_seconds: float = 600,
+    min_barrier: int | None = None,
+    max_staleness_seconds: float | None = None,
+    wait_seconds: float | None = None,
 ) -> Iterator[ConsistentTables]:
     """Yield DataFrames of `names` at one consistent version; a lease keeps those snapshots from expiring.
 
@@ -48,12 +51,24 @@ def consistent_tables(
         consistency: "strong" (agrees with every other strong read of the pipeline) or "weak" (freshest).
         holder: lease holder name shown to admins (default: user@host:pid).
         ttl_seconds: lease lifetime; the lease is released when the block ends.
+        min_barrier: read only a version at this barrier or later (see `MetaServiceClient.versions`).
+        max_staleness_seconds: read only a version whose barrier is at most this old (database clock).
+        wait_seconds: how long the server may wait for a version meeting the bound.
+
+    Raises:
+        NotFreshEnough: no version met the bound within `wait_seconds` (nothing was leased).
 
     Example:
         with consistent_tables(spark, client, catalog, ["lake.mart.a", "lake.mart.b"]) as tables:
             tables["lake.mart.a"].join(tables["lake.mart.b"], "id").count()
     """
-    versions = client.versions(list(names), consistency)
+    versions = client.versions(
+        list(names),
+        consistency,
+        min_barrier=min_barrier,
+        max_staleness_seconds=max_staleness_seconds,
+        wait_seconds=wait_seconds,
+    )
     lease = client.create_lease(holder or _default_holder(), versions.versions, ttl_seconds=ttl_seconds)
     try:
         frames = {name: catalog.read_at(spark, name, versions.versions[name]) for name in names}

@@ -24,6 +24,7 @@ def test_public_names_are_pinned() -> None:
             "NoConsistentVersion",
             "NotAppendOnly",
             "NotFound",
+            "NotFreshEnough",
             "NotInFlight",
             "OutcomeUnknown",
             "PaimonCatalog",

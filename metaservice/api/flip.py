@@ -4,12 +4,19 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Body, Path, Response, status
+from fastapi import APIRouter, Body, Path, Query, Response, status
 
 from metaservice.api.auth import PrincipalDep
 from metaservice.api.deps import CatalogPath, DatabaseDep, DatabasePath, JobIdPath, TablePath, table_name
 from metaservice.api.responses import problems
-from metaservice.schemas import EdgeRemoval, RegisterRequest, Registration, TableVersion, Unregistration
+from metaservice.schemas import (
+    EdgeRemoval,
+    FreshnessQuery,
+    RegisterRequest,
+    Registration,
+    TableVersion,
+    Unregistration,
+)
 from metaservice.services import registry, versions
 from metaservice.services.tokens import Principal
 
@@ -105,17 +112,19 @@ async def remove_sink(
     return await registry.remove_edge(db, job_id=job_id, table=name, role="sink")
 
 
-@router.get("/version/{consistency_type}/{catalog}/{database}/{table}", responses=problems(404))
+@router.get("/version/{consistency_type}/{catalog}/{database}/{table}", responses=problems(404, 409))
 async def table_version(
     consistency_type: Annotated[Literal["strong", "weak"], Path()],
     catalog: CatalogPath,
     database: DatabasePath,
     table: TablePath,
     db: DatabaseDep,
+    bound: Annotated[FreshnessQuery, Query()],
 ) -> TableVersion:
-    """The snapshot of one table to read now (404 `no_consistent_version` before its first completion)."""
+    """The snapshot of one table to read now (404 `no_consistent_version` before its first completion); with
+    `min_barrier` or `max_staleness_seconds`, one meeting the bound (waiting up to `wait_seconds`; else 409)."""
     name = table_name(catalog, database, table)
-    result = await versions.consistent_versions(db, tables=[name], consistency=consistency_type)
+    result = await versions.consistent_versions(db, tables=[name], consistency=consistency_type, bound=bound)
     return TableVersion(
         table=name, consistency=consistency_type, barrier=result.barrier, snapshot_id=result.versions[name]
     )

@@ -30,6 +30,7 @@ from psycopg.types.json import Jsonb
 from metaservice import failpoints
 from metaservice.db import statements
 from metaservice.errors import MetaServiceError, OutcomeUnknown, Unavailable
+from metaservice.repositories.versions import NOTIFY_CALL
 
 if TYPE_CHECKING:
     from metaservice.db.database import Connection, Database
@@ -37,7 +38,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger("metaservice.allocator")
 
 MAX_BATCH = 256
-_CALL = "SELECT metaservice_issue_barriers(%s)"
+# An allocation that issued a barrier (sealing root snapshots into new ranges) may make a newer consistent version
+# exist once it commits: the same statement then wakes freshness-bounded reads (delivered on commit). Calls that
+# issued nothing (a `next` that found nothing to seal, a report) wake nobody.
+_CALL = f"""
+    SELECT answers,
+           (SELECT count(*) FROM (SELECT {NOTIFY_CALL}
+                                   WHERE jsonb_path_exists(answers, '$[*] ? (@.barrier != null)')) notified)
+      FROM metaservice_issue_barriers(%s) AS answers
+"""
 
 
 @dataclass(frozen=True)

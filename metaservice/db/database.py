@@ -37,6 +37,7 @@ class Database:
 
     def __init__(self, settings: Settings, *, application_name: str = "metaservice") -> None:
         from metaservice.db.allocator import Allocator
+        from metaservice.db.listener import ChangeListener
 
         self.settings = settings
         self.deadline = settings.transaction_deadline()
@@ -66,6 +67,8 @@ class Database:
             reconnect_timeout=2.0,
         )
         self.allocator = Allocator(self)
+        # Freshness-bounded reads wait on it; re-checks after a wake-up take at most a quarter of the pool.
+        self.listener = ChangeListener(self, max_rechecks=max(1, settings.pool_size // 4))
         self._waiting = 0  # requests of this process waiting for a connection right now
 
     @asynccontextmanager
@@ -92,6 +95,7 @@ class Database:
         await self.pool.open(wait=True, timeout=self.settings.connect_timeout + self.settings.pool_timeout)
 
     async def close(self) -> None:
+        await self.listener.close()  # waiters answer before the pool goes
         await self.allocator.close()
         await self.pool.close(timeout=5)
 

@@ -18,6 +18,7 @@ from psycopg.types.json import Jsonb
 
 from metaservice.db.database import Connection
 from metaservice.repositories.driver import fetch_one
+from metaservice.repositories.versions import NOTIFY_CALL
 from metaservice.services.planner import JobView, Range, RunView, TableView, World, Writes
 
 WINDOW = 64  # ranges per input table per gather; a plan that needs more asks (`ranges_from`)
@@ -253,7 +254,7 @@ async def barrier_after(conn: Connection, world: World, *, barrier: int) -> None
     world.after[barrier] = row[0] if row else None
 
 
-_APPLY = """
+_APPLY = f"""
     WITH expect AS (
         SELECT * FROM jsonb_to_recordset(%(expect)s) AS x(id bigint, version bigint)
     ),
@@ -297,7 +298,7 @@ _APPLY = """
     new_runs AS (
         INSERT INTO job_runs (job_id, first_barrier, barrier, status, inputs, outputs, reason, inputs_ready_at,
                               started_at, finished_at)
-        SELECT x.job_id, x.first, x.barrier, x.status, x.inputs, '{}'::jsonb, x.reason,
+        SELECT x.job_id, x.first, x.barrier, x.status, x.inputs, '{{}}'::jsonb, x.reason,
                CASE WHEN x.status = 'in_flight' THEN greatest(
                    (SELECT b.issued_at FROM barriers b WHERE b.barrier = x.barrier),
                    (SELECT max(CASE WHEN s.first_barrier = x.barrier THEN s.created_at ELSE s.updated_at END)
@@ -315,7 +316,7 @@ _APPLY = """
           FROM jsonb_to_recordset(%(latest)s) AS x(table_id bigint, snapshot_id bigint)
          WHERE t.id = x.table_id AND (SELECT ok FROM ok)
     )
-    SELECT ok FROM ok
+    SELECT ok, (SELECT count(*) FROM (SELECT {NOTIFY_CALL} WHERE ok AND %(notify)s) n) FROM ok
 """
 
 
@@ -357,6 +358,8 @@ async def apply(conn: Connection, writes: Writes) -> bool:
             ]
         ),
         "latest": Jsonb([{"table_id": t, "snapshot_id": s} for t, s in writes.latest.items()]),
+        # a new or cut snapshot range may complete a consistent version: wake freshness-bounded reads on commit
+        "notify": bool(writes.new_ranges or writes.range_ends),
     }
     row = await fetch_one(conn, _APPLY, params, prepare=True)
     return bool(row and row[0])

@@ -11,10 +11,11 @@ through the driver and rows are plain tuples.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from metaservice.db.database import Connection
-from metaservice.repositories.driver import fetch_all
+from metaservice.repositories.driver import fetch_all, fetch_one
 
 
 class Standing(NamedTuple):
@@ -113,6 +114,14 @@ _BY_ID = _FRONTIER.format(
 )
 _REGISTERED = "SELECT name FROM tables WHERE name = ANY(CAST(%(names)s AS text[]))"
 
+# Freshness-bounded reads wait for a notification on this channel (db/listener.py). Writers that can make a newer
+# consistent version exist call NOTIFY_CALL inside their writing statement: PostgreSQL delivers it on commit, to
+# every listening server process, and folds duplicates of one transaction into one.
+CHANNEL = "metaservice_versions"
+LISTEN = f"LISTEN {CHANNEL}"
+NOTIFY_CALL = f"pg_notify('{CHANNEL}', '')"
+_ISSUED = "SELECT (SELECT issued_at FROM barriers WHERE barrier = %(barrier)s), now()"
+
 
 def _frontier(rows: Sequence[Any]) -> Frontier:
     if not rows or rows[0][0] is None:
@@ -131,6 +140,13 @@ async def frontier(conn: Connection, *, names: Sequence[str], strong: bool, boun
 async def frontier_of_ids(conn: Connection, *, table_ids: Sequence[int], strong: bool, bound: int | None) -> Frontier:
     """Like `frontier`, for tables known by id."""
     return _frontier(await fetch_all(conn, _BY_ID, {"ids": list(table_ids), "strong": strong, "bound": bound}))
+
+
+async def issued_at(conn: Connection, *, barrier: int | None) -> tuple[datetime | None, datetime]:
+    """When `barrier` was issued (None: no such barrier), and the database's clock now (the transaction's start)."""
+    row = await fetch_one(conn, _ISSUED, {"barrier": barrier}, prepare=True)
+    assert row is not None
+    return row[0], row[1]
 
 
 async def registered(conn: Connection, *, names: Sequence[str]) -> set[str]:

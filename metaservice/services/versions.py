@@ -5,56 +5,178 @@ every requested table holds a snapshot and so does every table with a writer at 
 b (rule 9 of docs/design.md: roots and orphans never hold a strong read back, and the component is the one in
 effect at b, so registering a job or a late commit never moves a strong answer back). A hot read path: the usual
 answer is one statement (`repositories/versions.py`) in a REPEATABLE READ read-only transaction.
+
+A freshness bound (`min_barrier` / `max_staleness_seconds`) does not change which version is consistent, only
+whether it is answered: when it is not met the request waits for a change notification (`db/listener.py`) and
+checks again, until the bound is met or `wait_seconds` ran out (docs/design.md, "Freshness-bounded reads").
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import anyio
 
 from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import in_transaction
-from metaservice.errors import NoConsistentVersion, NotFound
+from metaservice.errors import InvalidRequest, NoConsistentVersion, NotFound, NotFreshEnough
 from metaservice.repositories import versions as version_rows
 from metaservice.repositories.versions import Frontier
-from metaservice.schemas import Consistency, ConsistentVersions
+from metaservice.schemas import Consistency, ConsistentVersions, FreshnessBound
 
 # Each step back (past an aborted barrier or a lineage change) costs one query; pathological storms stop here.
 MAX_STEPS_BACK = 256
 
 
-async def consistent_versions(db: Database, *, tables: Sequence[str], consistency: Consistency) -> ConsistentVersions:
-    """Newest barrier complete in every requested table (weak) or in their whole lineage components (strong)."""
+async def consistent_versions(
+    db: Database, *, tables: Sequence[str], consistency: Consistency, bound: FreshnessBound | None = None
+) -> ConsistentVersions:
+    """Newest barrier complete in every requested table (weak) or in their whole lineage components (strong);
+    with a freshness bound, one that meets it (waiting up to `bound.wait_seconds` for one), else 409."""
+    names = list(dict.fromkeys(tables))
+    if bound is not None:
+        _check_wait(db, bound)
+        if bound.bounded:
+            return await _fresh_versions(db, names=names, consistency=consistency, bound=bound)
 
     async def work(conn: Connection) -> ConsistentVersions:
-        names = list(dict.fromkeys(tables))
-        strong = consistency == "strong"
-
-        async def at(bound: int | None) -> Frontier:
-            return await version_rows.frontier(conn, names=names, strong=strong, bound=bound)
-
-        first = await at(None)
-        asked = {t.name for t in first.tables if t.name is not None}
-        if len(asked) < len(names):
-            registered = await version_rows.registered(conn, names=names)
-            missing = [n for n in names if n not in registered]
-            if missing:
-                raise NotFound(f"tables not registered: {', '.join(missing)}", tables=missing)
-        found = await newest_complete(first, at, strong=strong)
-        if found is None:
-            raise NoConsistentVersion(
-                f"no barrier is complete in every table of {names} ({consistency}) yet",
-                tables=names,
-                consistency=consistency,
-            )
-        barrier, frontier = found
-        snapshots = {t.name: t.snapshot_id for t in frontier.tables if t.name is not None}
-        return ConsistentVersions(
-            consistency=consistency,
-            barrier=barrier,
-            versions={n: s for n in names if (s := snapshots.get(n)) is not None},
-        )
+        return await _newest(conn, names=names, consistency=consistency)
 
     return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
+
+
+async def _newest(conn: Connection, *, names: list[str], consistency: Consistency) -> ConsistentVersions:
+    """The consistent version now, in the caller's (REPEATABLE READ) transaction."""
+    strong = consistency == "strong"
+
+    async def at(bound: int | None) -> Frontier:
+        return await version_rows.frontier(conn, names=names, strong=strong, bound=bound)
+
+    first = await at(None)
+    asked = {t.name for t in first.tables if t.name is not None}
+    if len(asked) < len(names):
+        registered = await version_rows.registered(conn, names=names)
+        missing = [n for n in names if n not in registered]
+        if missing:
+            raise NotFound(f"tables not registered: {', '.join(missing)}", tables=missing)
+    found = await newest_complete(first, at, strong=strong)
+    if found is None:
+        raise NoConsistentVersion(
+            f"no barrier is complete in every table of {names} ({consistency}) yet",
+            tables=names,
+            consistency=consistency,
+        )
+    barrier, frontier = found
+    snapshots = {t.name: t.snapshot_id for t in frontier.tables if t.name is not None}
+    return ConsistentVersions(
+        consistency=consistency,
+        barrier=barrier,
+        versions={n: s for n in names if (s := snapshots.get(n)) is not None},
+    )
+
+
+@dataclass(frozen=True)
+class Standing:
+    """The consistent version now (None: no barrier complete in every table yet), when its barrier was issued,
+    and the database clock when it was read."""
+
+    versions: ConsistentVersions | None
+    issued_at: datetime | None
+    now: datetime
+
+    @property
+    def staleness_seconds(self) -> float | None:
+        if self.issued_at is None:
+            return None
+        return max(0.0, (self.now - self.issued_at).total_seconds())
+
+    def meets(self, bound: FreshnessBound) -> bool:
+        if self.versions is None:
+            return False
+        if bound.min_barrier is not None:
+            return self.versions.barrier >= bound.min_barrier
+        staleness = self.staleness_seconds
+        return bound.max_staleness_seconds is None or (
+            staleness is not None and staleness <= bound.max_staleness_seconds
+        )
+
+
+async def standing(db: Database, *, names: list[str], consistency: Consistency) -> Standing:
+    """The consistent version and its staleness by the database clock, in one read-only snapshot."""
+
+    async def work(conn: Connection) -> Standing:
+        try:
+            found: ConsistentVersions | None = await _newest(conn, names=names, consistency=consistency)
+        except NoConsistentVersion:
+            found = None
+        issued, now = await version_rows.issued_at(conn, barrier=None if found is None else found.barrier)
+        return Standing(found, issued, now)
+
+    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
+
+
+def _check_wait(db: Database, bound: FreshnessBound) -> None:
+    """The configured maximum is not in the wire model (it is a setting); the OpenAPI document publishes it."""
+    wait, limit = bound.wait_seconds or 0.0, db.settings.max_wait_seconds
+    if wait > limit:
+        raise InvalidRequest(
+            f"wait_seconds must be at most {limit:g} (the server's max_wait_seconds), not {wait:g}",
+            errors=[{"loc": ["wait_seconds"], "msg": f"must be at most {limit:g}"}],
+        )
+
+
+async def _fresh_versions(
+    db: Database, *, names: list[str], consistency: Consistency, bound: FreshnessBound
+) -> ConsistentVersions:
+    """Check; while the bound is not met and time is left, sleep until a write that may complete a newer version
+    is notified (db/listener.py: no pooled connection is held and nothing polls), then check again. The check
+    at the deadline decides: 409 `not_fresh_enough` with the best version's figures, or 404 when there is none."""
+    wait = bound.wait_seconds or 0.0
+    started = anyio.current_time()
+    deadline = started + wait
+    listener = db.listener
+    generation = await listener.ready() if wait > 0 else 0
+    key = (tuple(names), consistency)
+
+    async def check() -> Standing:
+        return await standing(db, names=names, consistency=consistency)
+
+    while True:
+        now = await listener.shared(key, generation, check) if wait > 0 else await check()
+        if now.meets(bound):
+            assert now.versions is not None
+            return now.versions
+        remaining = deadline - anyio.current_time()
+        if remaining <= 0:
+            break
+        generation = await listener.wait(generation, timeout=remaining)
+    if now.versions is None:
+        raise NoConsistentVersion(
+            f"no barrier is complete in every table of {names} ({consistency}) yet",
+            tables=names,
+            consistency=consistency,
+        )
+    asked = (
+        f"barrier {bound.min_barrier} or later"
+        if bound.min_barrier is not None
+        else f"at most {bound.max_staleness_seconds:g} s stale"
+    )
+    staleness = now.staleness_seconds
+    raise NotFreshEnough(
+        f"the newest {consistency} version of {names} is barrier {now.versions.barrier}, "
+        f"{staleness if staleness is not None else float('nan'):.3f} s stale; asked for {asked} "
+        f"and waited {wait:g} s",
+        tables=names,
+        consistency=consistency,
+        best_barrier=now.versions.barrier,
+        best_issued_at=now.issued_at,
+        staleness_seconds=None if staleness is None else round(staleness, 3),
+        min_barrier=bound.min_barrier,
+        max_staleness_seconds=bound.max_staleness_seconds,
+        wait_seconds=wait,
+    )
 
 
 async def newest_complete(
