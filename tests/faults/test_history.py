@@ -35,6 +35,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 import httpx
@@ -411,6 +412,14 @@ def warm_up(client: MetaServiceClient) -> None:
         client.commit_barrier(job, decision.barrier, dict.fromkeys(PIPELINE[job][1], 1))
 
 
+def server_errors(log: Path) -> str:
+    """The servers' logged errors (a 500 logs its traceback), so a failure here names its cause."""
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    picked = [i for i, line in enumerate(lines) if " ERROR " in line]
+    blocks = ["\n".join(lines[i : i + 40]) for i in picked[:3]]
+    return "\n\nserver errors:\n" + "\n---\n".join(blocks) if blocks else ""
+
+
 def test_history_of_concurrent_clients_under_faults_has_no_violations(
     servers: Servers, proxy: FaultProxy, faults_database: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -468,4 +477,4 @@ def test_history_of_concurrent_clients_under_faults_has_no_violations(
     )
     assert len(faults) == 4
     assert kinds["commit"] > 0 and kinds["versions"] > 0 and kinds["issue"] > 0, "the traffic did too little"
-    assert not violations, "\n".join(violations[:30])
+    assert not violations, "\n".join(violations[:30]) + server_errors(servers.log_dir / "servers.log")
