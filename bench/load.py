@@ -43,6 +43,7 @@ class LoadResult:
     errors: dict[str, int]
     cycles: int = 0
     waits: int = 0
+    overloaded: int = 0  # 429 answers (shed at once), also counted in errors["status"]
     cpu_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -127,6 +128,7 @@ def run_wrk(
         | ({"failures": raw["failures"]} if raw["failures"] else {}),
         cycles=raw["cycles"],
         waits=raw["waits"],
+        overloaded=raw.get("overloaded", 0),
         cpu_seconds=cpu,
     )
 

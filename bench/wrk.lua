@@ -18,7 +18,7 @@ end
 function init(args)
   mode = args[1]
   wrk.headers["Content-Type"] = "application/json"
-  cycles, waits, failures = 0, 0, 0
+  cycles, waits, failures, overloaded = 0, 0, 0, 0
   if mode == "static" then
     wrk.method = args[2]
     if args[3] ~= nil and args[3] ~= "" then
@@ -46,6 +46,9 @@ function request()
 end
 
 function response(status, headers, body)
+  if status == 429 then
+    overloaded = overloaded + 1  -- shed at once with Retry-After: counted apart from other failures
+  end
   if mode == "static" then
     return
   end
@@ -72,8 +75,9 @@ function response(status, headers, body)
 end
 
 function done(summary, latency, requests)
-  local total_cycles, total_waits, total_failures = 0, 0, 0
+  local total_cycles, total_waits, total_failures, total_overloaded = 0, 0, 0, 0
   for _, thread in ipairs(threads) do
+    total_overloaded = total_overloaded + (thread:get("overloaded") or 0)
     total_cycles = total_cycles + (thread:get("cycles") or 0)
     total_waits = total_waits + (thread:get("waits") or 0)
     total_failures = total_failures + (thread:get("failures") or 0)
@@ -83,9 +87,9 @@ function done(summary, latency, requests)
     'WRK_JSON {"requests":%d,"duration_us":%d,"bytes":%d,' ..
     '"errors":{"connect":%d,"read":%d,"write":%d,"status":%d,"timeout":%d},' ..
     '"latency_us":{"p50":%d,"p90":%d,"p99":%d,"max":%d,"mean":%.1f},' ..
-    '"cycles":%d,"waits":%d,"failures":%d}\n',
+    '"cycles":%d,"waits":%d,"failures":%d,"overloaded":%d}\n',
     summary.requests, summary.duration, summary.bytes,
     e.connect, e.read, e.write, e.status, e.timeout,
     latency:percentile(50), latency:percentile(90), latency:percentile(99), latency.max, latency.mean,
-    total_cycles, total_waits, total_failures))
+    total_cycles, total_waits, total_failures, total_overloaded))
 end
