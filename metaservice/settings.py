@@ -83,6 +83,12 @@ class Settings(BaseSettings):
         "until idle for pool_max_idle_seconds.",
     )
     pool_timeout: float = Field(default=5.0, gt=0, description="Seconds a request waits for a pooled connection.")
+    outage_wait_seconds: float = Field(
+        default=1.0,
+        gt=0,
+        description="While the database is unreachable (a wait for a connection ended with none open), seconds a "
+        "request waits for one before it is answered 503, instead of pool_timeout.",
+    )
     pool_max_waiting: int = Field(
         default=512,
         ge=0,

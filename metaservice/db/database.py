@@ -22,7 +22,7 @@ from typing import Any
 
 import anyio
 import psycopg
-from psycopg_pool import AsyncConnectionPool, TooManyRequests
+from psycopg_pool import AsyncConnectionPool, PoolTimeout, TooManyRequests
 
 from metaservice.settings import Settings
 
@@ -70,6 +70,8 @@ class Database:
         # Freshness-bounded reads wait on it; re-checks after a wake-up take at most a quarter of the pool.
         self.listener = ChangeListener(self, max_rechecks=max(1, settings.pool_size // 4))
         self._waiting = 0  # requests of this process waiting for a connection right now
+        self._away = False  # a wait for a connection timed out while connection attempts failed: unreachable
+        self._errors_at_success = 0  # the pool's failed connection attempts when a connection was last obtained
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
@@ -79,11 +81,20 @@ class Database:
         limit = self.settings.pool_max_waiting
         if limit and self._waiting >= limit:
             raise TooManyRequests(f"{self._waiting} requests are already waiting for a database connection")
+        # Once a wait ended while connection attempts fail, the database is away: later requests wait only
+        # `outage_wait_seconds` (enough for one connection attempt to a database that is back) instead of the
+        # whole pool timeout, so an outage is answered 503 promptly; the first connection obtained ends it.
+        timeout = min(self.settings.pool_timeout, self.settings.outage_wait_seconds) if self._away else None
         self._waiting += 1
         try:
-            conn = await self.pool.getconn()
+            conn = await self.pool.getconn(timeout=timeout)
+        except PoolTimeout:
+            # away when connection attempts failed since a connection was last obtained (not a busy pool)
+            self._away = self._connect_errors() > self._errors_at_success
+            raise
         finally:
             self._waiting -= 1
+        self._away, self._errors_at_success = False, self._connect_errors()
         try:
             yield conn
         finally:
@@ -111,6 +122,9 @@ class Database:
         returned = self._returned_at.get(conn)
         if returned is None or time.monotonic() - returned >= self.settings.idle_check_seconds:
             await conn.execute("")
+
+    def _connect_errors(self) -> int:
+        return int(self.pool.get_stats().get("connections_errors", 0))
 
     def pool_figures(self) -> dict[str, int]:
         """In use / size / waiting, for /metrics (this server process)."""
