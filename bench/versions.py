@@ -46,7 +46,9 @@ def _measure(ctx: Context, *, database: str, chains: int, barrier_count: int) ->
         )
     # the one statement of a strong answer with no aborted barrier to step back over (names as an array literal)
     plans = {
-        "frontier": cluster.explain(url, version_sql._BY_NAME, {"names": "{" + ",".join(tables) + "}", "strong": True}),
+        "frontier": cluster.explain(
+            url, version_sql._BY_NAME, {"names": "{" + ",".join(tables) + "}", "strong": True, "bound": None}
+        ),
     }
     sizes = cluster.sizes(url, ["snapshot_ranges", "barriers"])
     ctx.cluster.drop_database(database)

@@ -30,7 +30,6 @@ from psycopg.types.json import Jsonb
 from metaservice import failpoints
 from metaservice.db import statements
 from metaservice.errors import MetaServiceError, OutcomeUnknown, Unavailable
-from metaservice.repositories.versions import NOTIFY_CALL
 
 if TYPE_CHECKING:
     from metaservice.db.database import Connection, Database
@@ -39,14 +38,9 @@ logger = logging.getLogger("metaservice.allocator")
 
 MAX_BATCH = 256
 # An allocation that issued a barrier (sealing root snapshots into new ranges) may make a newer consistent version
-# exist once it commits: the same statement then wakes freshness-bounded reads (delivered on commit). Calls that
-# issued nothing (a `next` that found nothing to seal, a report) wake nobody.
-_CALL = f"""
-    SELECT answers,
-           (SELECT count(*) FROM (SELECT {NOTIFY_CALL}
-                                   WHERE jsonb_path_exists(answers, '$[*] ? (@.barrier != null)')) notified)
-      FROM metaservice_issue_barriers(%s) AS answers
-"""
+# exist: once the call returned (autocommit: committed), freshness-bounded reads are told through the notifier,
+# off this connection (a NOTIFY in the call would take PostgreSQL's database-wide notify lock at every commit).
+_CALL = "SELECT metaservice_issue_barriers(%s)"
 
 
 @dataclass(frozen=True)
@@ -181,6 +175,8 @@ class Allocator:
         self._last_used = time.monotonic()
         self.calls += 1
         answers = row[0] if row is not None else []
+        if any(answer.get("barrier") is not None for answer in answers):
+            self._db.notifier.changed()
         for (_, future, tally), answer in zip(batch, answers, strict=True):
             self.served += 1
             if tally is not None:

@@ -37,7 +37,7 @@ class Database:
 
     def __init__(self, settings: Settings, *, application_name: str = "metaservice") -> None:
         from metaservice.db.allocator import Allocator
-        from metaservice.db.listener import ChangeListener
+        from metaservice.db.listener import ChangeListener, ChangeNotifier
 
         self.settings = settings
         self.deadline = settings.transaction_deadline()
@@ -69,6 +69,7 @@ class Database:
         self.allocator = Allocator(self)
         # Freshness-bounded reads wait on it; re-checks after a wake-up take at most a quarter of the pool.
         self.listener = ChangeListener(self, max_rechecks=max(1, settings.pool_size // 4))
+        self.notifier = ChangeNotifier(self)
         self._waiting = 0  # requests of this process waiting for a connection right now
         self._away = False  # a wait for a connection timed out while connection attempts failed: unreachable
         self._errors_at_success = 0  # the pool's failed connection attempts when a connection was last obtained
@@ -107,6 +108,7 @@ class Database:
 
     async def close(self) -> None:
         await self.listener.close()  # waiters answer before the pool goes
+        await self.notifier.close()
         await self.allocator.close()
         await self.pool.close(timeout=5)
 

@@ -320,9 +320,16 @@ _APPLY = f"""
 """
 
 
-async def apply(conn: Connection, writes: Writes) -> bool:
+def may_complete_versions(writes: Writes) -> bool:
+    """A new or cut snapshot range may complete a consistent version: freshness-bounded reads must hear of it."""
+    return bool(writes.new_ranges or writes.range_ends)
+
+
+async def apply(conn: Connection, writes: Writes, *, notify: bool = True) -> bool:
     """Store a plan's row changes if every job it touches still has the version the plan read; False when one
-    changed meanwhile (nothing was written: plan again)."""
+    changed meanwhile (nothing was written: plan again). With `notify`, the statement itself wakes
+    freshness-bounded reads on commit (for a caller inside a larger transaction); the autocommit hot path passes
+    False and tells `ChangeNotifier` once the statement returned (see db/listener.py)."""
     params = {
         "expect": Jsonb([{"id": j, "version": v} for j, v in sorted(writes.expect.items())]),
         "jobs": Jsonb([{"id": j, "last_barrier": writes.job_lasts.get(j)} for j in sorted(writes.expect)]),
@@ -358,8 +365,7 @@ async def apply(conn: Connection, writes: Writes) -> bool:
             ]
         ),
         "latest": Jsonb([{"table_id": t, "snapshot_id": s} for t, s in writes.latest.items()]),
-        # a new or cut snapshot range may complete a consistent version: wake freshness-bounded reads on commit
-        "notify": bool(writes.new_ranges or writes.range_ends),
+        "notify": notify and may_complete_versions(writes),
     }
     row = await fetch_one(conn, _APPLY, params, prepare=True)
     return bool(row and row[0])

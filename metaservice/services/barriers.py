@@ -126,7 +126,7 @@ async def next_barrier(
             outcome, planner = await _plan(unit, g, job, start=start)
             if isinstance(outcome, Allocate):
                 outcome = Idle()  # a concurrent call issued the barrier and planned it, or the interval holds
-        if not await _store(unit, g, planner):
+        if not await _store(db, unit, g, planner):
             return None
         return _decision(job_id, outcome, retry_after)
 
@@ -175,7 +175,7 @@ async def commit_barrier(db: Database, *, job_id: str, barrier: int, snapshots: 
                 )
         planner = Planner(g.world)
         planner.commit(job.id, barrier, snapshots, run)
-        if not await _store(unit, g, planner):
+        if not await _store(db, unit, g, planner):
             return None
         openlineage.run_committed(job_id, run, snapshots)
         return CommitResult(job_id=job_id, barrier=barrier, snapshots=dict(snapshots))
@@ -203,7 +203,7 @@ async def abort_barrier(db: Database, *, job_id: str, barrier: int, reason: str 
         if run.status == "in_flight":
             planner = Planner(g.world)
             planner.abort(job.id, run, reason or "aborted by the job")
-            if not await _store(unit, g, planner):
+            if not await _store(db, unit, g, planner):
                 return None
             openlineage.run_aborted(g.world, job, run, reason or "aborted by the job", by="job")
         return AbortResult(job_id=job_id, barrier=barrier)
@@ -254,14 +254,18 @@ async def _plan(unit: Unit, g: Gathered, job: JobView, *, start: str | int | Non
     raise Unavailable(f"job {job.name!r} needs more state than one step may fetch; retry")
 
 
-async def _store(unit: Unit, g: Gathered, planner: Planner) -> bool:
-    """Write the plan's outcome (compare-and-set); False when a job it touches changed meanwhile."""
+async def _store(db: Database, unit: Unit, g: Gathered, planner: Planner) -> bool:
+    """Write the plan's outcome (compare-and-set); False when a job it touches changed meanwhile. The write is
+    one autocommit statement: once it returned, freshness-bounded reads are told (off the request path)."""
     if not planner.writes:
         if g.stale and g.job_id is not None:
             await protocol_rows.touch(unit.conn, job_id=g.job_id)
         return True
     async with unit.writing():
-        return await protocol_rows.apply(unit.conn, planner.writes)
+        stored = await protocol_rows.apply(unit.conn, planner.writes, notify=False)
+    if stored and protocol_rows.may_complete_versions(planner.writes):
+        db.notifier.changed()
+    return stored
 
 
 async def _allocate(db: Database, request: AllocationRequest) -> Allocation:
