@@ -586,10 +586,14 @@ class Planner:
             if newest.id is not None:
                 self.writes.range_ends[newest.id] = last
         else:
+            # Everything from the table's newest range on is now known: the database holds nothing after it, and
+            # barriers between its end and `first` are a hole. Knowing only first … last made a later look-up of
+            # such a barrier ask the database, which cannot know this plan's range: the plan asked forever.
+            covers_from = first if newest is None else min(newest.first, first)
             newest = Range(None, t.id, first, last, snapshot, kind, job.id)
             self.writes.new_ranges.append(newest)
             t.ranges[first] = newest
-            t.known.append((first, last))
+            t.known.append((covers_from, last))
             t.newest = newest
             if t.first_barrier is None:
                 t.first_barrier = first
