@@ -42,13 +42,14 @@ from spark_client.catalog._writes import (
     SCHEMA_KEY,
     WRITE_KEY,
     _int_or_none,
+    data_schema,
 )
 from spark_client.catalog.base import CommitKind, CommitRecord, NotAppendOnly, SchemaMismatch, UnsupportedTable
 from spark_client.modes import Append, Merge, ModeName, Overwrite, OverwritePartitions, ReplaceWhere, WriteMode, as_mode
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import DataType, StructField, StructType
+    from pyspark.sql.types import StructField, StructType
 
     from spark_client._http import MetaServiceClient
     from spark_client.modes import ModeName, WriteMode
@@ -596,7 +597,7 @@ def _plan_write(table: str, delta: DeltaTable | None, df: DataFrame, mode: Write
 
     _check_columns(table, df, mode)
     data = df.drop(mode.delete_column) if isinstance(mode, Merge) and mode.delete_column else df
-    stored = _table_schema(table, data.schema)
+    stored = data_schema(df, mode, table=table, unstorable=_UNSTORABLE_TYPES, format_name="a Delta")
     new_columns: list[StructField] = []
     if delta is None:
         schema = stored
@@ -762,33 +763,6 @@ def _commit_info(location: str, version: int) -> dict[str, Any] | None:
     except FileNotFoundError:
         return None
     return {"version": version}  # commitInfo is optional in the protocol
-
-
-def _table_schema(table: str, schema: StructType) -> StructType:
-    """The Delta schema for data of `schema`: all levels nullable (as in Delta Spark), storable types only."""
-    from pyspark.sql.types import ArrayType, MapType, StructField, StructType, UserDefinedType
-
-    def relax(dt: DataType, where: str) -> DataType:
-        if isinstance(dt, UserDefinedType):
-            return relax(dt.sqlType(), where)
-        if isinstance(dt, StructType):
-            return StructType(
-                [StructField(f.name, relax(f.dataType, f"{where}.{f.name}"), True, f.metadata) for f in dt.fields]
-            )
-        if isinstance(dt, ArrayType):
-            return ArrayType(relax(dt.elementType, f"{where}[]"), True)
-        if isinstance(dt, MapType):
-            return MapType(relax(dt.keyType, f"{where}{{key}}"), relax(dt.valueType, f"{where}{{value}}"), True)
-        if dt.typeName() in _UNSTORABLE_TYPES:
-            raise ValueError(
-                f"column {where.lstrip('.')} of the data for {table!r} has type {dt.simpleString()}, "
-                "which a Delta table cannot store"
-            )
-        return dt
-
-    relaxed = relax(schema, "")
-    assert isinstance(relaxed, StructType)
-    return relaxed
 
 
 def _spark_schema(delta: DeltaTable) -> StructType:
