@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -39,6 +40,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
                 emitter = OpenLineageEmitter(settings, app.state.http_metrics.openlineage)
                 await background.enter_async_context(emitter.running())
                 app.state.openlineage = emitter
+            # Everything built so far (modules, routes, pydantic schemas, the pool) lives as long as the process.
+            # Frozen, the cyclic collector no longer walks it: a full collection took ~100 ms with it, every
+            # second or so under load, and was the p99 of every route.
+            gc.freeze()
             yield {"database": database}
     finally:
         await database.close()

@@ -20,7 +20,7 @@ UNCHANGED: dict[int | str, dict[str, Any]] = {
 }
 
 
-def _mapping(request: Request) -> DatasetMapping:
+async def _mapping(request: Request) -> DatasetMapping:
     """The process's dataset → table rules (`METASERVICE_OPENLINEAGE_DATASETS`), compiled once."""
     mapping: DatasetMapping = request.app.state.openlineage_datasets
     return mapping
