@@ -2,8 +2,9 @@
 
 Every barrier is allocated under the `barrier_clock` row lock, so PostgreSQL alone serves at most one allocation
 statement at a time (pgbench at 32 clients: ~1,500-2,800 calls/s). A timestamp oracle beats that by batching:
-requests that arrive while a call is in flight wait for the next call, which serves them all in order (one clock
-lock, one clock update, one barrier for each request that needs its own). At low load a request is sent at once
+requests that arrive while a call is in flight wait for the next call, which serves them all (one clock lock, one
+clock update; every request's root snapshots recorded first, then one barrier for each request that still needs
+its own: a batch of seals shares one). At low load a request is sent at once
 (after one turn of the event loop, which lets requests that arrived together join); under load the batch grows
 with the load and the statement count per request falls below one.
 

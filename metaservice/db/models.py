@@ -180,6 +180,8 @@ class SnapshotRange(Base):
         CheckConstraint("snapshot_id >= 0", name="snapshot_non_negative"),
         Index("uq_snapshot_ranges_table_first", "table_id", "first_barrier", unique=True),
         Index("ix_snapshot_ranges_table_snapshot", "table_id", "snapshot_id", "first_barrier"),
+        # the open range of a table (at most one: the exclusion constraint), which every seal looks up
+        Index("ix_snapshot_ranges_open", "table_id", postgresql_where=text("last_barrier IS NULL")),
         ExcludeConstraint(
             (text("table_id"), "="),
             (text("int8range(first_barrier, last_barrier, '[]')"), "&&"),

@@ -1,0 +1,67 @@
+"""`metaservice_issue_barriers`: what one call does for a batch of coalesced requests (the allocator sends every
+request that arrived while the previous call ran). Called directly, so the batch's make-up is exact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import psycopg
+from psycopg.types.json import Jsonb
+
+
+def _call(url: str, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    defaults = {"by": "test", "key": None, "roots": {}, "when_unsealed": [], "unless_after": None, "min_interval": 0}
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute("SELECT metaservice_issue_barriers(%s)", [Jsonb([{**defaults, **r} for r in requests])])
+        answers: list[dict[str, Any]] = row.fetchone()[0]  # type: ignore[index]
+    return answers
+
+
+def _roots(api: httpx.Client, url: str, *names: str) -> dict[str, int]:
+    """Register each table as a job's source (a root); their ids."""
+    for i, name in enumerate(names):
+        assert api.post(f"/register/source/job{i}/{name.replace('.', '/')}").status_code == 201
+    with psycopg.connect(url) as conn:
+        return dict(conn.execute("SELECT name, id FROM tables WHERE name = ANY(%s)", [list(names)]).fetchall())
+
+
+def test_one_barrier_seals_every_snapshot_a_batch_of_next_calls_reports(api: httpx.Client, database_url: str) -> None:
+    ids = _roots(api, database_url, "lake.raw.a", "lake.raw.b", "lake.raw.c")
+    answers = _call(
+        database_url,
+        [
+            {"kind": "seal", "roots": {name: 5}, "when_unsealed": [table_id]}
+            for name, table_id in sorted(ids.items())
+        ],
+    )
+    assert [a["error"] for a in answers] == [None, None, None]
+    first = answers[0]
+    assert first["barrier"] is not None
+    assert first["sealed"] == {"lake.raw.a": 5, "lake.raw.b": 5, "lake.raw.c": 5}
+    assert [a["barrier"] for a in answers[1:]] == [None, None]  # their snapshots are sealed already
+    assert [a["latest"] for a in answers] == [{"lake.raw.a": 5}, {"lake.raw.b": 5}, {"lake.raw.c": 5}]
+    assert [b["barrier"] for b in api.get("/barriers").json()["barriers"]] == [first["barrier"]]
+
+
+def test_refused_requests_and_key_replays_of_a_batch_record_nothing(api: httpx.Client, database_url: str) -> None:
+    _roots(api, database_url, "lake.raw.a", "lake.raw.b")
+    assert api.post("/register/sink/writer/lake/mart/m").status_code == 201
+    answers = _call(
+        database_url,
+        [
+            {"kind": "barrier", "key": "k1", "roots": {"lake.raw.a": 3}},
+            {"kind": "barrier", "key": "k1", "roots": {"lake.raw.b": 9}},  # a retry racing its original: a replay
+            {"kind": "report", "roots": {"lake.raw.b": 4, "lake.raw.nope": 1}},  # unknown table: refused
+            {"kind": "report", "roots": {"lake.mart.m": 7}},  # a job writes it: refused
+            {"kind": "barrier", "roots": {}},
+        ],
+    )
+    assert answers[0]["barrier"] is not None and not answers[0]["replayed"]
+    assert answers[0]["sealed"] == {"lake.raw.a": 3}
+    assert answers[1]["replayed"] and answers[1]["barrier"] == answers[0]["barrier"]
+    assert answers[2]["error"] == {"code": "not_found", "tables": ["lake.raw.nope"]}
+    assert answers[3]["error"]["code"] == "not_root"
+    assert answers[4]["barrier"] > answers[0]["barrier"] and answers[4]["sealed"] == {}
+    assert api.get("/tables/lake/raw/b").json()["latest_snapshot_id"] is None  # neither the replay nor the refusal
+    assert api.get("/tables/lake/mart/m").json()["latest_snapshot_id"] is None
