@@ -274,7 +274,7 @@ _APPLY = f"""
     ),
     range_ends AS (
         UPDATE snapshot_ranges r SET last_barrier = x.last, updated_at = now()
-          FROM jsonb_to_recordset(%(range_ends)s) AS x(id bigint, last bigint)
+          FROM unnest(CAST(%(range_end_ids)s AS bigint[]), CAST(%(range_end_lasts)s AS bigint[])) AS x(id, last)
          WHERE r.id = x.id AND (SELECT ok FROM ok)
     ),
     new_ranges AS (
@@ -286,13 +286,15 @@ _APPLY = f"""
     ),
     run_ends AS (
         UPDATE job_runs r SET barrier = x.barrier, finished_at = clock_timestamp()
-          FROM jsonb_to_recordset(%(run_ends)s) AS x(id bigint, barrier bigint)
+          FROM unnest(CAST(%(run_end_ids)s AS bigint[]), CAST(%(run_end_barriers)s AS bigint[])) AS x(id, barrier)
          WHERE r.id = x.id AND (SELECT ok FROM ok)
     ),
     finished AS (
         UPDATE job_runs r SET status = x.status, finished_at = clock_timestamp(),
                               outputs = coalesce(x.outputs, r.outputs), reason = coalesce(x.reason, r.reason)
-          FROM jsonb_to_recordset(%(finished)s) AS x(id bigint, status text, outputs jsonb, reason text)
+          FROM unnest(CAST(%(finished_ids)s AS bigint[]), CAST(%(finished_statuses)s AS text[]),
+                      CAST(%(finished_outputs)s AS jsonb[]), CAST(%(finished_reasons)s AS text[]))
+               AS x(id, status, outputs, reason)
          WHERE r.id = x.id AND (SELECT ok FROM ok)
     ),
     new_runs AS (
@@ -313,7 +315,8 @@ _APPLY = f"""
     latest AS (
         UPDATE tables t SET latest_snapshot_id = greatest(coalesce(t.latest_snapshot_id, -1), x.snapshot_id),
                             latest_snapshot_at = now()
-          FROM jsonb_to_recordset(%(latest)s) AS x(table_id bigint, snapshot_id bigint)
+          FROM unnest(CAST(%(latest_tables)s AS bigint[]), CAST(%(latest_snapshots)s AS bigint[]))
+               AS x(table_id, snapshot_id)
          WHERE t.id = x.table_id AND (SELECT ok FROM ok)
     )
     SELECT ok, (SELECT count(*) FROM (SELECT {NOTIFY_CALL} WHERE ok AND %(notify)s) n) FROM ok
@@ -333,7 +336,8 @@ async def apply(conn: Connection, writes: Writes, *, notify: bool = True) -> boo
     params = {
         "expect": Jsonb([{"id": j, "version": v} for j, v in sorted(writes.expect.items())]),
         "jobs": Jsonb([{"id": j, "last_barrier": writes.job_lasts.get(j)} for j in sorted(writes.expect)]),
-        "range_ends": Jsonb([{"id": i, "last": last} for i, last in writes.range_ends.items()]),
+        "range_end_ids": list(writes.range_ends),
+        "range_end_lasts": list(writes.range_ends.values()),
         "new_ranges": Jsonb(
             [
                 {
@@ -347,8 +351,12 @@ async def apply(conn: Connection, writes: Writes, *, notify: bool = True) -> boo
                 for r in writes.new_ranges
             ]
         ),
-        "run_ends": Jsonb([{"id": i, "barrier": b} for i, b in writes.run_ends.items()]),
-        "finished": Jsonb([{"id": i, "status": s, "outputs": o, "reason": r} for i, s, o, r in writes.finished_runs]),
+        "run_end_ids": list(writes.run_ends),
+        "run_end_barriers": list(writes.run_ends.values()),
+        "finished_ids": [i for i, _, _, _ in writes.finished_runs],
+        "finished_statuses": [s for _, s, _, _ in writes.finished_runs],
+        "finished_outputs": [None if o is None else Jsonb(o) for _, _, o, _ in writes.finished_runs],
+        "finished_reasons": [r for _, _, _, r in writes.finished_runs],
         "new_runs": Jsonb(
             [
                 {
@@ -364,7 +372,8 @@ async def apply(conn: Connection, writes: Writes, *, notify: bool = True) -> boo
                 for r in writes.new_runs
             ]
         ),
-        "latest": Jsonb([{"table_id": t, "snapshot_id": s} for t, s in writes.latest.items()]),
+        "latest_tables": list(writes.latest),
+        "latest_snapshots": list(writes.latest.values()),
         "notify": notify and may_complete_versions(writes),
     }
     row = await fetch_one(conn, _APPLY, params, prepare=True)
