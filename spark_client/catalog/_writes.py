@@ -186,14 +186,21 @@ def plan_rewrite(
     return Rewrite(tuple(affected.values()), kept.unionByName(aligned(upserts, schema, mode)))
 
 
-def aligned(df: DataFrame, schema: StructType, mode: WriteMode) -> DataFrame:
-    """`df` with exactly the table's columns in its order (columns the data lacks are null)."""
+def aligned(df: DataFrame, schema: StructType, mode: WriteMode | None = None) -> DataFrame:
+    """`df` with exactly the table's columns in its order (columns the data lacks are null); `df` itself when it
+    has them already (a projection costs a round trip to the JVM and an analysis pass on every write)."""
     from pyspark.sql import functions as F
 
+    names = [f.name for f in schema.fields]
+    if df.columns == names:
+        return df
     drop = {mode.delete_column} if isinstance(mode, Merge) and mode.delete_column else set()
     present = {c for c in df.columns if c not in drop}
     return df.select(
-        *[F.col(f.name) if f.name in present else F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields]
+        *[
+            F.col(f"`{f.name}`") if f.name in present else F.lit(None).cast(f.dataType).alias(f.name)
+            for f in schema.fields
+        ]
     )
 
 

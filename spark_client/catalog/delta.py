@@ -42,7 +42,9 @@ from spark_client.catalog._writes import (
     SCHEMA_KEY,
     WRITE_KEY,
     _int_or_none,
+    aligned,
     data_schema,
+    frame,
 )
 from spark_client.catalog.base import CommitKind, CommitRecord, NotAppendOnly, SchemaMismatch, UnsupportedTable
 from spark_client.modes import Append, Merge, ModeName, Overwrite, OverwritePartitions, ReplaceWhere, WriteMode, as_mode
@@ -359,7 +361,7 @@ class DeltaCatalog:
             orders = catalog.read_at(spark, "lake.raw.orders", 12)
         """
         delta = self._open_readable(table, snapshot_id)
-        return _frame(spark, _spark_schema(delta), delta.file_uris())
+        return frame(spark, _spark_schema(delta), delta.file_uris())
 
     def read_changes(
         self, spark: SparkSession, table: str, *, after_snapshot_id: int | None, snapshot_id: int
@@ -391,7 +393,7 @@ class DeltaCatalog:
                 after_snapshot_id=after_snapshot_id,
                 snapshot_id=snapshot_id,
             )
-        return _frame(spark, _spark_schema(now), [f for f in files if f not in before])
+        return frame(spark, _spark_schema(now), [f for f in files if f not in before])
 
     def history(self, table: str, *, limit: int | None = None) -> list[DeltaCommit]:
         """Commits of `table`, newest first, with their barrier and job tags when a job wrote them.
@@ -603,7 +605,7 @@ def _plan_write(table: str, delta: DeltaTable | None, df: DataFrame, mode: Write
         schema = stored
     else:
         schema, new_columns = _evolve(table, _spark_schema(delta), stored, mode.schema)
-    rows = _align(data, schema)
+    rows = aligned(data, schema)
 
     if isinstance(mode, ReplaceWhere):
         replaced = F.coalesce(F.expr(mode.predicate), F.lit(False))
@@ -622,7 +624,7 @@ def _plan_write(table: str, delta: DeltaTable | None, df: DataFrame, mode: Write
             )
         if mode.delete_column:
             deleted = F.coalesce(F.col(f"`{mode.delete_column}`"), F.lit(False))
-            rows = _align(df.filter(~deleted).drop(mode.delete_column), schema)
+            rows = aligned(df.filter(~deleted).drop(mode.delete_column), schema)
 
     if delta is None or isinstance(mode, Append | Overwrite):
         return _WritePlan(rows, schema, new_columns, [])
@@ -700,19 +702,6 @@ def _evolve(table: str, current: StructType, data: StructType, policy: str) -> t
     return StructType([*current.fields, *new]), new
 
 
-def _align(data: DataFrame, schema: StructType) -> DataFrame:
-    """`data` with the table's columns in the table's order; columns it lacks are NULL."""
-    from pyspark.sql import functions as F
-
-    present = set(data.columns)
-    return data.select(
-        *[
-            F.col(f"`{f.name}`") if f.name in present else F.lit(None).cast(f.dataType).alias(f.name)
-            for f in schema.fields
-        ]
-    )
-
-
 def _null_safe_match(left: DataFrame, right: DataFrame, columns: Sequence[str]) -> Column:
     """Rows of `left` and `right` agree on `columns`, NULL equal to NULL (a partition value may be NULL)."""
     condition = None
@@ -786,12 +775,6 @@ def _check_fields(table: str, want: Mapping[str, str], got: Mapping[str, str]) -
     ]
     if differing:
         raise SchemaMismatch(table, differing)
-
-
-def _frame(spark: SparkSession, schema: StructType, files: Sequence[str]) -> DataFrame:
-    if not files:
-        return spark.createDataFrame([], schema)
-    return spark.read.schema(schema).parquet(*files)
 
 
 def _add_actions(staging: str, relative: str, schema: StructType) -> list[AddAction]:
