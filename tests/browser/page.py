@@ -7,7 +7,13 @@ import shutil
 from typing import Any
 
 from selenium import webdriver
+from selenium.common.exceptions import (
+    ElementClickInterceptedException,
+    NoSuchElementException,
+    StaleElementReferenceException,
+)
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -34,3 +40,21 @@ def text(browser: webdriver.Chrome, element_id: str) -> str | None:
     script = "const e = document.getElementById(arguments[0]); return e ? e.textContent : null;"
     value: Any = browser.execute_script(script, element_id)
     return None if value is None else str(value)
+
+
+def click(browser: webdriver.Chrome, css: str, containing: str = "") -> str:
+    """Find and click in one step, the first element matching `css` whose text holds `containing`; and the text it
+    had. The page redraws on its own, so an element found a moment ago may be replaced before the click reaches it
+    (Chromium answers "stale element reference" and clicks nothing): the whole step is then taken again, until
+    DEADLINE. Every click in these tests goes through here; a bare find_element(...).click() is that race."""
+
+    def attempt(b: webdriver.Chrome) -> tuple[str] | None:  # a tuple: an empty text must still end the wait
+        for element in b.find_elements(By.CSS_SELECTOR, css):
+            shown = str(element.text)
+            if containing in shown:
+                element.click()
+                return (shown,)
+        return None
+
+    ignored = (StaleElementReferenceException, NoSuchElementException, ElementClickInterceptedException)
+    return WebDriverWait(browser, DEADLINE, ignored_exceptions=ignored).until(attempt)[0]

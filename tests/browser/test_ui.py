@@ -13,7 +13,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests import support
 from tests.api.test_delays import CUSTOMERS, DIAMOND, DIM, ENRICHED, ORDERS, REVENUE, Driver, path
-from tests.browser.page import DEADLINE, nodes, visible
+from tests.browser.page import DEADLINE, click, nodes, visible
 
 pytestmark = pytest.mark.browser
 
@@ -64,7 +64,7 @@ def test_page_draws_every_node_and_explains_a_clicked_table(
     assert set(nodes(browser, "table")) == want_tables and set(nodes(browser, "job")) == want_jobs
     assert len(browser.find_elements(By.CSS_SELECTOR, "#edges path.edge")) == len(graph["edges"])
 
-    browser.find_element(By.CSS_SELECTOR, f"#nodes g.node[data-id='table:{REVENUE}']").click()
+    click(browser, f"#nodes g.node[data-id='table:{REVENUE}']")
     WebDriverWait(browser, DEADLINE).until(lambda b: panel(b)["bottleneck"])
     shown = panel(browser)
     assert shown["title"] == "revenue_by_day" and shown["bottleneck"] == "dims"
@@ -79,7 +79,7 @@ def test_page_draws_every_node_and_explains_a_clicked_table(
     assert browser.save_screenshot(str(shot))
     print(f"screenshot: {shot}")
 
-    browser.find_element(By.CSS_SELECTOR, "#nodes g.node[data-id='job:dims']").click()
+    click(browser, "#nodes g.node[data-id='job:dims']")
     WebDriverWait(browser, DEADLINE).until(lambda b: panel(b)["runs"])
     assert panel(browser)["title"] == "dims" and "committed" in panel(browser)["runs"]
 

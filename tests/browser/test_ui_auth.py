@@ -18,7 +18,7 @@ from metaservice.db import migrate
 from tests import support
 from tests.api.test_auth import create_token
 from tests.api.test_delays import CUSTOMERS, DIAMOND, ORDERS, Driver
-from tests.browser.page import DEADLINE, nodes, text, visible
+from tests.browser.page import DEADLINE, click, nodes, text, visible
 
 pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("ui-auth")]
 
@@ -67,7 +67,7 @@ def sign_in(browser: webdriver.Chrome, token: str) -> None:
     field = browser.find_element(By.ID, "auth-token")
     field.clear()
     field.send_keys(token)
-    browser.find_element(By.ID, "auth-submit").click()
+    click(browser, "#auth-submit")
 
 
 def graph_tables(secured: Secured) -> set[str]:
@@ -100,7 +100,7 @@ def test_sign_in_keeps_the_token_for_the_tab_only_and_sign_out_forgets_it(
     browser.refresh()  # same tab: still signed in
     WebDriverWait(browser, DEADLINE).until(lambda b: set(nodes(b, "table")) == tables)
     assert not visible(browser, "auth")
-    browser.find_element(By.CSS_SELECTOR, f"#nodes g.node[data-id='table:{ORDERS}']").click()
+    click(browser, f"#nodes g.node[data-id='table:{ORDERS}']")
     WebDriverWait(browser, DEADLINE).until(lambda b: text(b, "panel-title") == "orders")  # panel calls carry it too
 
     traces = browser.execute_script(_TRACES)
@@ -109,7 +109,7 @@ def test_sign_in_keeps_the_token_for_the_tab_only_and_sign_out_forgets_it(
         assert secured.reader not in traces[place], place
     assert traces["fetched"] and not [name for name in traces["fetched"] if secured.reader in name]
 
-    browser.find_element(By.ID, "sign-out").click()
+    click(browser, "#sign-out")
     WebDriverWait(browser, DEADLINE).until(lambda b: visible(b, "auth"))
     assert nodes(browser, "table") == [] and not visible(browser, "panel-body")  # nothing it showed stays on screen
     assert browser.execute_script(_TRACES)["session"] is None

@@ -16,7 +16,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from tests import support
 from tests.api.test_changing_lineage import Flow
-from tests.browser.page import DEADLINE, edges, text, visible
+from tests.browser.page import DEADLINE, click, edges, text, visible
 from tests.model.wire import path
 
 pytestmark = pytest.mark.browser
@@ -76,7 +76,7 @@ def test_as_of_an_earlier_barrier_shows_the_old_graph_and_now_the_new(
     assert browser.save_screenshot(str(shot))
     print(f"screenshot: {shot}")
 
-    browser.find_element(By.ID, "past-now").click()
+    click(browser, "#past-now")
     WebDriverWait(browser, DEADLINE).until(lambda b: edges(b) == now and past_barrier(b) is None)
     assert "as_of" not in browser.current_url
 
@@ -88,15 +88,12 @@ def test_as_of_an_earlier_barrier_shows_the_old_graph_and_now_the_new(
     assert {(e["from"], e["to"]) for e in api.get("/lineage", params={"as_of": typed}).json()["edges"]} == before
     ask_as_of(browser, typed)
     WebDriverWait(browser, DEADLINE).until(lambda b: edges(b) == before and past_barrier(b) == str(b1))
-    browser.find_element(By.ID, "as-of-now").click()
+    click(browser, "#as-of-now")
     WebDriverWait(browser, DEADLINE).until(lambda b: edges(b) == now and past_barrier(b) is None)
 
     # a lineage change in the side panel leads to the graph just before it took effect
     added = f"#changes li[data-barrier='{b1}']"
-    WebDriverWait(browser, DEADLINE).until(lambda b: b.find_elements(By.CSS_SELECTOR, added))
-    change = next(li for li in browser.find_elements(By.CSS_SELECTOR, added) if R2 in li.text)
-    assert change.text.startswith("+")
-    change.click()
+    assert click(browser, added, containing=R2).startswith("+")
     WebDriverWait(browser, DEADLINE).until(lambda b: edges(b) == before and past_barrier(b) == str(b1))
 
     # a value the server refuses: its message, and the page keeps showing what it showed
@@ -152,13 +149,13 @@ def test_clicking_a_snapshot_shows_its_lineage_tree_and_tables_show_freshness_an
     browser.get(f"{server.base_url}/ui/?refresh=1")
     WebDriverWait(browser, DEADLINE).until(lambda b: lag_of(b, B) is not None)
     assert lag_of(browser, B) == ("0", "caught up")
-    node = browser.find_element(By.CSS_SELECTOR, f"#nodes g.node[data-id='table:{B}']")
-    assert node.find_element(By.CSS_SELECTOR, "text.delay").text.endswith(("ms", "s"))  # freshness
+    delay = f"return document.querySelector(\"#nodes g.node[data-id='table:{B}'] text.delay\").textContent"
+    assert str(browser.execute_script(delay)).endswith(("ms", "s"))  # freshness
 
-    node.click()
+    click(browser, f"#nodes g.node[data-id='table:{B}']")
     WebDriverWait(browser, DEADLINE).until(lambda b: visible(b, "panel-snapshot"))
     assert text(browser, "panel-lag") == "caught up"
-    browser.find_element(By.ID, "panel-snapshot").click()
+    click(browser, "#panel-snapshot")
     WebDriverWait(browser, DEADLINE).until(lambda b: len(b.execute_script(_TREE)) == 3)
     assert browser.execute_script(_TREE) == flatten(expected)
     shown = text(browser, "snapshot-lineage") or ""
@@ -167,12 +164,12 @@ def test_clicking_a_snapshot_shows_its_lineage_tree_and_tables_show_freshness_an
 
     # an input snapshot leads on: its table is selected with that snapshot's own tree
     link = f"#snapshot-lineage li.entry[data-table='{A}'] > div.line > button.tree-table"
-    browser.find_element(By.CSS_SELECTOR, link).click()
+    click(browser, link)
     of_a = [[0, A, "10", "j1", str(b1)], [1, R1, "1", "", str(b1)]]
     WebDriverWait(browser, DEADLINE).until(lambda b: text(b, "panel-title") == "a" and b.execute_script(_TREE) == of_a)
-    browser.find_element(By.CSS_SELECTOR, f"#nodes g.node[data-id='table:{B}']").click()
+    click(browser, f"#nodes g.node[data-id='table:{B}']")
     WebDriverWait(browser, DEADLINE).until(lambda b: text(b, "panel-title") == "b")
-    browser.find_element(By.ID, "panel-snapshot").click()
+    click(browser, "#panel-snapshot")
     WebDriverWait(browser, DEADLINE).until(lambda b: len(b.execute_script(_TREE)) == 3)
 
     shot = tmp_path / "ui-snapshot-lineage.png"
