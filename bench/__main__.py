@@ -22,8 +22,7 @@ BENCHMARKS = {
     "versions": "bench.versions",
     "idle": "bench.idle",
     "lineage": "bench.lineage",
-    "spark_overhead": "bench.spark_overhead",
-    "spark_formats": "bench.spark_formats",
+    "spark_overhead": "bench.spark_overhead",  # with the table formats (bench/spark_formats.py)
 }
 
 

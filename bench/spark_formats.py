@@ -1,35 +1,31 @@
-"""Issue 16: each table format's barrier-tagged append against a plain Spark parquet write of the same rows.
+"""Issue 16, inside `spark_overhead`: each table format's barrier-tagged append against a plain Spark parquet write
+of the same rows.
 
 Per format (Delta, Iceberg on its SQLite catalog, Paimon) and size (1e5 and 1e6 rows): one root table of that
-format; each repetition runs a fresh job (its own sink) reading the root at the barrier's snapshot and writing
-it unchanged in **append** mode: `next` over HTTP, the input at the snapshot, the format's write (Spark's
-parquet writer + the driver's commit for Delta and Iceberg; executors writing through pypaimon + the driver's
-commit for Paimon), `commit` over HTTP. The baseline is `df.write.parquet` of the same DataFrame (the root's
-files at that snapshot) into a fresh directory. Both are warmed up once, then alternate; medians are compared.
-`local[2]`, UI off. The time inside `catalog.write` is reported separately (where the overhead lives).
+format holding a first batch. For each repetition a job of its own (its own sink) first copies the root (untimed,
+so the job is in its steady state: registered, roots known, sink existing), then the root gets a second batch of
+the same size and the timed `run_once` processes that barrier in **append** mode: `next` over HTTP, the new rows
+read with `inputs.changes`, the format's write (Spark's parquet writer + the driver's commit for Delta and
+Iceberg; executors writing through pypaimon + the driver's commit for Paimon), `commit` over HTTP. The baseline
+is `df.write.parquet` of the same new rows (the root's files added by the second batch) into a fresh directory.
+Both are warmed up once, then alternate; medians are compared. The time inside `catalog.write` is reported
+separately (where the overhead lives).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import statistics
-import sys
 import time
-from contextlib import ExitStack
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 from unittest.mock import patch
 
-from bench.cluster import WORK_DIR
-from bench.context import Context
 from bench.report import Outcome
-from bench.server import serving
-from bench.spark_overhead import Stopwatch, spark_session
+from bench.spark_overhead import GOAL, Stopwatch, copy
 
 if TYPE_CHECKING:
     from spark_client import Catalog
 
-GOAL = 1.10
 FORMATS = ("delta", "iceberg", "paimon")
 
 
@@ -43,110 +39,111 @@ def make_catalog(table_format: str, root: str) -> Catalog:
     return cast("Catalog", DeltaCatalog(root))  # a Catalog structurally (typed as one for this factory)
 
 
-def run(ctx: Context) -> Outcome:
-    from spark_client import EtlJob, MetaServiceClient
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # Paimon's executor-side writes need pypaimon
-    sizes = ctx.pick((100_000, 1_000_000), (10_000, 100_000))
-    repetitions = ctx.pick(5, 2)
-    outcome = Outcome(
-        "spark_formats",
-        "barrier-tagged EtlJob.run_once (append) per table format vs plain Spark parquet write (issue 16)",
-        {
-            "rows": sizes,
-            "repetitions": repetitions,
-            "formats": FORMATS,
-            "master": "local[2]",
-            "mode": "append",
-            "statistic": "median",
-        },
-    )
-    lake = WORK_DIR / "spark-formats"
-    shutil.rmtree(lake, ignore_errors=True)
-    url = ctx.cluster.fresh_database("bench_spark_formats")
+def measure(
+    spark: Any, client: Any, lake: Path, outcome: Outcome, *, sizes: tuple[int, ...], repetitions: int
+) -> dict[str, Any]:
+    """Rows for every format and size into `outcome`; the figures by format and size."""
     figures: dict[str, Any] = {}
-    with ExitStack() as stack:
-        server = stack.enter_context(serving(url))
-        spark = stack.enter_context(spark_session())
-        client = stack.enter_context(MetaServiceClient(server.base_url))
-        for table_format in FORMATS:
-            catalog = make_catalog(table_format, str(lake / table_format))
-            watch = Stopwatch()
-            with patch.object(catalog, "write", watch.wrap("catalog.write", catalog.write)):
-                figures[table_format] = _measure(
-                    spark, client, catalog, EtlJob, watch, sizes, repetitions, outcome, lake, table_format
+    for table_format in FORMATS:
+        catalog = make_catalog(table_format, str(lake / table_format))
+        watch = Stopwatch()
+        with patch.object(catalog, "write", watch.wrap("catalog.write", catalog.write)):
+            figures[table_format] = {
+                str(rows): _one_size(spark, client, catalog, watch, rows, repetitions, lake, table_format)
+                for rows in sizes
+            }
+            for rows in sizes:
+                ratio = figures[table_format][str(rows)]["ratio"]
+                is_goal_size = rows == max(sizes)
+                outcome.row(
+                    f"{table_format} append run_once / plain write, {rows:,} new rows",
+                    f"{figures[table_format][str(rows)]['tagged_median']:.2f} s",
+                    f"{figures[table_format][str(rows)]['plain_median']:.2f} s",
+                    ratio,
+                    f"≤ {GOAL:.2f}" if is_goal_size else "",
+                    ratio <= GOAL if is_goal_size else None,
                 )
-    outcome.figures = figures
-    outcome.notes.append(
-        "Paimon's files are written by pypaimon inside Spark tasks (mapInArrow): rows cross from the JVM to "
-        "Python as Arrow batches and are encoded by pyarrow's parquet writer, not Spark's."
-    )
-    shutil.rmtree(lake, ignore_errors=True)
-    return outcome
+                outcome.row(
+                    f"{table_format} append run_once / the format's own untagged append, {rows:,} new rows",
+                    f"{figures[table_format][str(rows)]['tagged_median']:.2f} s",
+                    f"{figures[table_format][str(rows)]['untagged_append_median']:.2f} s",
+                    figures[table_format][str(rows)]["ratio_to_untagged_append"],
+                )
+    return figures
 
 
-def _measure(
+def _one_size(
     spark: Any,
     client: Any,
     catalog: Catalog,
-    job_class: Any,
     watch: Stopwatch,
-    sizes: tuple[int, ...],
+    rows: int,
     repetitions: int,
-    outcome: Outcome,
-    lake: Any,
+    lake: Path,
     table_format: str,
 ) -> dict[str, Any]:
-    figures: dict[str, Any] = {}
-    for rows in sizes:
-        root = f"bench.raw.{table_format}{rows}"
-        data = spark.range(rows).selectExpr(
-            "id", "id * 1.5 AS value", "concat('name-', id) AS name", "id % 97 AS bucket"
+    from spark_client import EtlJob
+
+    root = f"bench.raw.{table_format}{rows}"
+
+    def batch(number: int) -> Any:
+        return spark.range(rows).selectExpr(
+            f"id + {(number - 1) * rows} AS id", "id * 1.5 AS value", "concat('name-', id) AS name", "id % 97 AS bucket"
         )
-        snapshot = catalog.append(spark, data, root)
-        source = catalog.read_at(spark, root, snapshot)
 
-        def plain(tag: str, rows: int = rows, source: Any = source) -> float:
-            t0 = time.perf_counter()
-            source.write.mode("error").parquet(str(lake / "plain" / f"{table_format}-rows{rows}-{tag}"))
-            return time.perf_counter() - t0
+    first = catalog.append(spark, batch(1), root)
+    jobs = []
+    for r in range(repetitions + 1):  # one warm-up job
+        sink = f"bench.mart.{table_format}{rows}_{r}"
+        job = EtlJob(spark, client, catalog, job_id=f"{table_format}-{rows}-{r}", sources=[root], sinks=[sink])
+        job.register()
+        seeded = job.run_once(copy(root, sink), mode="append")
+        assert seeded.action == "process", seeded
+        jobs.append((job, sink))
+    second = catalog.append(spark, batch(2), root)
+    new_rows = catalog.read_changes(spark, root, after_snapshot_id=first, snapshot_id=second)
 
-        def tagged(tag: str, rows: int = rows, root: str = root) -> tuple[float, float]:
-            sink = f"bench.mart.{table_format}{rows}_{tag}"
-            job = job_class(spark, client, catalog, job_id=f"{table_format}-{rows}-{tag}", sources=[root], sinks=[sink])
-            job.register()
-            before = watch.seconds.get("catalog.write", 0.0)
-            t0 = time.perf_counter()
-            result = job.run_once(lambda inputs: {sink: inputs[root]}, mode="append")
-            elapsed = time.perf_counter() - t0
-            assert result.action == "process", result
-            assert catalog.read_at(spark, sink, result.snapshots[sink]).count() == rows
-            return elapsed, watch.seconds["catalog.write"] - before
+    def plain(tag: str) -> float:
+        t0 = time.perf_counter()
+        new_rows.write.mode("error").parquet(str(lake / "plain" / f"{table_format}-rows{rows}-{tag}"))
+        return time.perf_counter() - t0
 
-        plain("warmup")
-        tagged("warmup")
-        plain_s, tagged_s, write_s = [], [], []
-        for r in range(repetitions):
-            plain_s.append(plain(f"r{r}"))
-            total, inside = tagged(f"r{r}")
-            tagged_s.append(total)
-            write_s.append(inside)
-        ratio = statistics.median(tagged_s) / statistics.median(plain_s)
-        figures[str(rows)] = {
-            "plain_seconds": [round(x, 3) for x in plain_s],
-            "tagged_seconds": [round(x, 3) for x in tagged_s],
-            "catalog_write_seconds": [round(x, 3) for x in write_s],
-            "plain_median": round(statistics.median(plain_s), 3),
-            "tagged_median": round(statistics.median(tagged_s), 3),
-            "ratio": round(ratio, 3),
-        }
-        is_goal_size = rows == max(sizes)
-        outcome.row(
-            f"{table_format} append run_once / plain write, {rows:,} rows",
-            f"{statistics.median(tagged_s):.2f} s",
-            f"{statistics.median(plain_s):.2f} s",
-            ratio,
-            f"≤ {GOAL:.2f}" if is_goal_size else "",
-            ratio <= GOAL if is_goal_size else None,
-        )
-    return figures
+    untagged_table = f"bench.plain.{table_format}{rows}"
+
+    def untagged() -> float:
+        """The format's own append of the same rows, without MetaService (no job, no barrier, no tags)."""
+        t0 = time.perf_counter()
+        catalog.append(spark, new_rows, untagged_table)
+        return time.perf_counter() - t0
+
+    def tagged(r: int) -> tuple[float, float]:
+        job, sink = jobs[r]
+        before = watch.seconds.get("catalog.write", 0.0)
+        t0 = time.perf_counter()
+        result = job.run_once(lambda inputs: {sink: inputs.changes(root)}, mode="append")
+        elapsed = time.perf_counter() - t0
+        assert result.action == "process", result
+        assert catalog.read_at(spark, sink, result.snapshots[sink]).count() == 2 * rows
+        return elapsed, watch.seconds["catalog.write"] - before
+
+    plain("warmup")
+    untagged()  # creates the table: the timed appends find it, as the tagged runs find their sinks
+    tagged(repetitions)
+    plain_s, tagged_s, write_s, untagged_s = [], [], [], []
+    for r in range(repetitions):
+        plain_s.append(plain(f"r{r}"))
+        total, inside = tagged(r)
+        tagged_s.append(total)
+        write_s.append(inside)
+        untagged_s.append(untagged())
+    return {
+        "untagged_append_seconds": [round(x, 3) for x in untagged_s],
+        "untagged_append_median": round(statistics.median(untagged_s), 3),
+        "ratio_to_untagged_append": round(statistics.median(tagged_s) / statistics.median(untagged_s), 3),
+        "plain_seconds": [round(x, 3) for x in plain_s],
+        "tagged_seconds": [round(x, 3) for x in tagged_s],
+        "catalog_write_seconds": [round(x, 3) for x in write_s],
+        "plain_median": round(statistics.median(plain_s), 3),
+        "tagged_median": round(statistics.median(tagged_s), 3),
+        "ratio": round(statistics.median(tagged_s) / statistics.median(plain_s), 3),
+    }

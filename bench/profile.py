@@ -1,0 +1,51 @@
+"""`python -m bench.profile [--seconds N]`: where PostgreSQL's time goes during the next+commit cycle.
+
+Not a benchmark (it asserts no goal and writes no result file): the tool behind docs/design.md "Performance".
+It seeds the cycle benchmark's 100 jobs on the benchmark cluster, warms up, resets `pg_stat_statements`, drives
+the cycle with wrk, and prints the statements by total execution time: calls, total and mean milliseconds
+(nested statements of the allocation function included, so its parts show), with the CPU each process used.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from bench import cluster, load, seed
+from bench.context import Context
+from bench.cycle import JOBS, cycle_args
+from bench.server import serving
+
+DATABASE = "bench_profile"
+_TOP = """
+    SELECT calls, round(total_exec_time::numeric, 1), round(mean_exec_time::numeric, 3),
+           left(regexp_replace(query, '\\s+', ' ', 'g'), 110)
+      FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+     WHERE d.datname = %s
+     ORDER BY total_exec_time DESC LIMIT %s
+"""
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
+    parser.add_argument("--seconds", type=int, default=10, help="length of the measured load")
+    parser.add_argument("--top", type=int, default=10, help="statements to print")
+    args = parser.parse_args(argv)
+    load.ensure_wrk()
+    ctx = Context(cluster.start(), quick=False)
+    url = ctx.cluster.fresh_database(DATABASE)
+    seed.register_rows(url, seed.one_root_per_job(JOBS))
+    with serving(url) as server:
+        target = f"{server.base_url}/"
+        load.run_wrk(target, cycle_args(), connections=JOBS, seconds=3, threads=JOBS)
+        cluster.reset_statements(ctx.cluster)
+        meter = load.CpuMeter({"server": server.process.pid, "postgres": ctx.cluster.server.get_pid()})  # type: ignore[union-attr]
+        result = load.run_wrk(target, cycle_args(), connections=JOBS, seconds=args.seconds, threads=JOBS, meter=meter)
+    print(f"{result.rps:.0f} req/s, p50 {result.p50_ms:.1f} ms, p99 {result.p99_ms:.1f} ms; cores {result.cpu_share()}")
+    print(f"{'calls':>8} {'total ms':>10} {'mean ms':>8}  statement")
+    with cluster.connect(ctx.cluster.url()) as conn:
+        for calls, total, mean, query in conn.execute(_TOP, (DATABASE, args.top)):
+            print(f"{calls:>8} {total:>10} {mean:>8}  {query}")
+
+
+if __name__ == "__main__":
+    main()
