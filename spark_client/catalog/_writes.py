@@ -191,10 +191,9 @@ def aligned(df: DataFrame, schema: StructType, mode: WriteMode | None = None) ->
     has them already (a projection costs a round trip to the JVM and an analysis pass on every write)."""
     from pyspark.sql import functions as F
 
-    names = [f.name for f in schema.fields]
-    if df.columns == names:
-        return df
     drop = {mode.delete_column} if isinstance(mode, Merge) and mode.delete_column else set()
+    if df.columns == [f.name for f in schema.fields] and not drop & set(df.columns):
+        return df
     present = {c for c in df.columns if c not in drop}
     return df.select(
         *[
