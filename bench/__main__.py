@@ -21,6 +21,7 @@ BENCHMARKS = {
     "overload": "bench.overload",
     "versions": "bench.versions",
     "idle": "bench.idle",
+    "allocation": "bench.allocation",
     "lineage": "bench.lineage",
     "spark_overhead": "bench.spark_overhead",  # with the table formats (bench/spark_formats.py)
 }
