@@ -30,10 +30,7 @@ def test_one_barrier_seals_every_snapshot_a_batch_of_next_calls_reports(api: htt
     ids = _roots(api, database_url, "lake.raw.a", "lake.raw.b", "lake.raw.c")
     answers = _call(
         database_url,
-        [
-            {"kind": "seal", "roots": {name: 5}, "when_unsealed": [table_id]}
-            for name, table_id in sorted(ids.items())
-        ],
+        [{"kind": "seal", "roots": {name: 5}, "when_unsealed": [table_id]} for name, table_id in sorted(ids.items())],
     )
     assert [a["error"] for a in answers] == [None, None, None]
     first = answers[0]
