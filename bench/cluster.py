@@ -7,9 +7,11 @@ other's rows and no benchmark pays for migrations.
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -60,6 +62,38 @@ class Cluster:
                 sql.SQL("CREATE DATABASE {} TEMPLATE {}").format(sql.Identifier(name), sql.Identifier(TEMPLATE))
             )
         return self.url(name)
+
+    @contextmanager
+    def reloaded(self, name: str, value: str) -> Iterator[None]:
+        """Run with the cluster-wide setting `name` = `value` (ALTER SYSTEM + reload, so the server's pooled
+        sessions take it too), then back to the default. For measurements only: nothing the service ships sets it."""
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(sql.SQL("ALTER SYSTEM SET {} = {}").format(sql.Identifier(name), sql.Literal(value)))
+            conn.execute("SELECT pg_reload_conf()")
+        try:
+            yield
+        finally:
+            with psycopg.connect(self.url(), autocommit=True) as conn:
+                conn.execute(sql.SQL("ALTER SYSTEM RESET {}").format(sql.Identifier(name)))
+                conn.execute("SELECT pg_reload_conf()")
+
+    def fsync_ms(self, count: int = 200) -> list[float]:
+        """Latency of writing 8 kB and fsyncing it, `count` times, in the cluster's data directory: what one
+        durable commit waits for on this disk (PostgreSQL's WAL flush is one such write + fdatasync)."""
+        probe = Path(self.server.get_postmaster_info().pgdata) / "bench_fsync_probe"
+        block = os.urandom(8192)
+        times = []
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            for _ in range(count):
+                t0 = time.perf_counter()
+                os.write(fd, block)
+                os.fdatasync(fd)
+                times.append((time.perf_counter() - t0) * 1000)
+        finally:
+            os.close(fd)
+            probe.unlink()
+        return times
 
     def drop_database(self, name: str) -> None:
         with psycopg.connect(self.url(), autocommit=True) as conn:

@@ -47,7 +47,9 @@ async def _run(
     errors = non_process = cycles = 0
     locks = [asyncio.Lock() for _ in range(jobs)]
     snapshots = [first_snapshot] * jobs
-    limits = httpx.Limits(max_connections=jobs, max_keepalive_connections=jobs)
+    # uvicorn closes a connection idle for 5 s (its default keep-alive); the client drops its own idle ones sooner,
+    # or it may send a request on a connection the server is closing at that moment (httpx.ReadError)
+    limits = httpx.Limits(max_connections=jobs, max_keepalive_connections=jobs, keepalive_expiry=2.0)
     async with httpx.AsyncClient(base_url=base_url, timeout=30, limits=limits) as http:
 
         async def cycle(k: int, due: float) -> None:
