@@ -16,11 +16,13 @@ from typing import TypeVar
 
 import psutil
 
-from bench import openloop, seed
+from bench import load, openloop, seed
 from bench.context import Context
 from bench.measure import Phase, drive
 from bench.report import Outcome, ms, rps
 from bench.server import serving
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -36,24 +38,21 @@ class OpenLoop:
 
 
 def _with_cpu(phase: Callable[[], T]) -> tuple[T, dict[str, float]]:
-    """`phase()` and the machine's CPU meanwhile, in cores: busy (user + system + irq) and stolen by the host (a
-    VM's vCPU waiting for a physical one: time no process of ours can use, and that no process's CPU time shows)."""
+    """`phase()` and, meanwhile, in cores: the whole machine busy, the load generator (the open-loop client runs
+    in this process; its children, the server among them, are not counted) and time stolen by the host."""
     me = psutil.Process()
-    before, mine, t0 = psutil.cpu_times(), me.cpu_times(), time.perf_counter()
+    meter = load.CpuMeter({})
+    mine, t0 = me.cpu_times(), time.perf_counter()
+    meter.start()
     result = phase()
-    after, wall = psutil.cpu_times(), time.perf_counter() - t0
-    idle = ("idle", "iowait", "steal", "guest", "guest_nice")
-    busy = sum(getattr(after, f) - getattr(before, f) for f in after._fields if f not in idle)
-    steal = getattr(after, "steal", 0.0) - getattr(before, "steal", 0.0)
-    generator = sum(me.cpu_times()[:2]) - sum(mine[:2])  # the open-loop client runs in this process
+    used, wall = meter.stop(), time.perf_counter() - t0
+    generator = sum(me.cpu_times()[:2]) - sum(mine[:2])
     return result, {
-        "busy_cores": round(busy / wall, 2),
+        "busy_cores": round(used["machine"] / wall, 2),
         "generator_cores": round(generator / wall, 2),
-        "stolen_cores": round(steal / wall, 3),
+        "stolen_cores": round(used["stolen"] / wall, 3),
     }
 
-
-T = TypeVar("T")
 
 JOBS = 100
 OPEN_LOOP_RATE = 100.0  # cycles per second

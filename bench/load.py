@@ -107,7 +107,8 @@ def run_wrk(
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu["wrk"] = round((after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), 2)
     if "machine" in cpu:
-        cpu["others"] = round(max(0.0, cpu["machine"] - sum(v for k, v in cpu.items() if k != "machine")), 2)
+        ours = sum(v for k, v in cpu.items() if k not in ("machine", "stolen"))
+        cpu["others"] = round(max(0.0, cpu["machine"] - ours), 2)
     line = next((ln for ln in done.stdout.splitlines() if ln.startswith(_MARK)), None)
     if line is None:
         raise RuntimeError(f"wrk printed no summary:\n{done.stdout}\n{done.stderr}")
@@ -169,13 +170,15 @@ class CpuMeter:
     """CPU seconds used between `start()` and `stop()` by named process trees (each root and its children).
 
     `machine` is every core's busy time over the same interval, and `others` what processes outside the
-    named trees and wrk used: on a shared machine that is the noise the figures carry.
+    named trees and wrk used: on a shared machine that is the noise the figures carry. `stolen` is time the
+    hypervisor gave this VM's vCPUs to someone else: no process of ours could run then, and no process's CPU
+    time shows it, so it is kept out of `machine`.
     """
 
     def __init__(self, roots: Mapping[str, int]) -> None:
         self.roots = dict(roots)
         self._start: dict[str, dict[int, float]] = {}
-        self._machine = 0.0
+        self._machine = self._stolen = 0.0
 
     def _sample(self) -> dict[str, dict[int, float]]:
         out: dict[str, dict[int, float]] = {}
@@ -195,13 +198,15 @@ class CpuMeter:
         return out
 
     @staticmethod
-    def _busy() -> float:
+    def _busy() -> tuple[float, float]:
+        """(busy, stolen) CPU seconds of all cores since boot. Linux counts guest time inside user time."""
         t = psutil.cpu_times()
-        return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
+        idle = ("idle", "iowait", "steal", "guest", "guest_nice")
+        return float(sum(getattr(t, f) for f in t._fields if f not in idle)), float(getattr(t, "steal", 0.0))
 
     def start(self) -> None:
         self._start = self._sample()
-        self._machine = self._busy()
+        self._machine, self._stolen = self._busy()
 
     def stop(self) -> dict[str, float]:
         end = self._sample()
@@ -209,5 +214,7 @@ class CpuMeter:
             name: round(sum(v - self._start.get(name, {}).get(pid, 0.0) for pid, v in times.items()), 2)
             for name, times in end.items()
         }
-        used["machine"] = round(self._busy() - self._machine, 2)
+        busy, stolen = self._busy()
+        used["machine"] = round(busy - self._machine, 2)
+        used["stolen"] = round(stolen - self._stolen, 3)
         return used
