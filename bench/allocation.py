@@ -18,28 +18,22 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from typing import Any
+from typing import Any, Literal
 
 import psycopg
 
 from bench import seed
 from bench.context import Context
 from bench.report import Outcome, ms
+from metaservice.db.allocator import AllocationRequest
 
 SIZES = (100, 10_000)
 REPEAT = 40
 
 
-def _request(kind: str, roots: dict[str, int] | None = None, when_unsealed: list[int] | None = None) -> dict[str, Any]:
-    return {
-        "kind": kind,
-        "by": "bench",
-        "key": None,
-        "roots": roots or {},
-        "when_unsealed": when_unsealed or [],
-        "unless_after": None,
-        "min_interval": 0,
-    }
+def _request(kind: Literal["barrier", "seal", "report"], **fields: Any) -> dict[str, Any]:
+    """One request as the allocator sends it (its own wire form, so the benchmark calls what the service calls)."""
+    return AllocationRequest(kind, by="bench", **fields).wire()
 
 
 def _call(conn: psycopg.Connection[Any], requests: list[dict[str, Any]]) -> float:
@@ -57,12 +51,12 @@ def _one_size(ctx: Context, tables: int) -> dict[str, Any]:
         found = conn.execute("SELECT id, name FROM tables WHERE starts_with(name, %s) ORDER BY id", [seed.ROOT_PREFIX])
         roots = [(int(i), str(n)) for i, n in found]
         for start in range(0, len(roots), 500):
-            _call(conn, [_request("report", {name: 1 for _, name in roots[start : start + 500]})])
+            _call(conn, [_request("report", roots={name: 1 for _, name in roots[start : start + 500]})])
         _call(conn, [_request("barrier")])  # seals every root once
         conn.execute("VACUUM ANALYZE")
         idle = [_call(conn, [_request("barrier")]) for _ in range(REPEAT)]
         sealing = [
-            _call(conn, [_request("seal", {name: 2 + k}, [table_id])])
+            _call(conn, [_request("seal", roots={name: 2 + k}, when_unsealed=[table_id])])
             for k, (table_id, name) in enumerate(roots[:REPEAT])
         ]
         batch = [_call(conn, [_request("barrier")] * 12) for _ in range(REPEAT // 2)]

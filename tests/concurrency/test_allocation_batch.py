@@ -9,11 +9,13 @@ import httpx
 import psycopg
 from psycopg.types.json import Jsonb
 
+from metaservice.db.allocator import AllocationRequest
 
-def _call(url: str, requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    defaults = {"by": "test", "key": None, "roots": {}, "when_unsealed": [], "unless_after": None, "min_interval": 0}
+
+def _call(url: str, requests: list[AllocationRequest]) -> list[dict[str, Any]]:
+    """The function's answers to one batch, sent in the allocator's own wire form."""
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute("SELECT metaservice_issue_barriers(%s)", [Jsonb([{**defaults, **r} for r in requests])])
+        row = conn.execute("SELECT metaservice_issue_barriers(%s)", [Jsonb([r.wire() for r in requests])])
         answers: list[dict[str, Any]] = row.fetchone()[0]  # type: ignore[index]
     return answers
 
@@ -30,7 +32,10 @@ def test_one_barrier_seals_every_snapshot_a_batch_of_next_calls_reports(api: htt
     ids = _roots(api, database_url, "lake.raw.a", "lake.raw.b", "lake.raw.c")
     answers = _call(
         database_url,
-        [{"kind": "seal", "roots": {name: 5}, "when_unsealed": [table_id]} for name, table_id in sorted(ids.items())],
+        [
+            AllocationRequest("seal", by="test", roots={name: 5}, when_unsealed=[table_id])
+            for name, table_id in sorted(ids.items())
+        ],
     )
     assert [a["error"] for a in answers] == [None, None, None]
     first = answers[0]
@@ -47,11 +52,11 @@ def test_refused_requests_and_key_replays_of_a_batch_record_nothing(api: httpx.C
     answers = _call(
         database_url,
         [
-            {"kind": "barrier", "key": "k1", "roots": {"lake.raw.a": 3}},
-            {"kind": "barrier", "key": "k1", "roots": {"lake.raw.b": 9}},  # a retry racing its original: a replay
-            {"kind": "report", "roots": {"lake.raw.b": 4, "lake.raw.nope": 1}},  # unknown table: refused
-            {"kind": "report", "roots": {"lake.mart.m": 7}},  # a job writes it: refused
-            {"kind": "barrier", "roots": {}},
+            AllocationRequest("barrier", by="test", key="k1", roots={"lake.raw.a": 3}),
+            AllocationRequest("barrier", by="test", key="k1", roots={"lake.raw.b": 9}),  # a retry racing: a replay
+            AllocationRequest("report", by="test", roots={"lake.raw.b": 4, "lake.raw.nope": 1}),  # unknown: refused
+            AllocationRequest("report", by="test", roots={"lake.mart.m": 7}),  # a job writes it: refused
+            AllocationRequest("barrier", by="test"),
         ],
     )
     assert answers[0]["barrier"] is not None and not answers[0]["replayed"]
