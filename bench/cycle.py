@@ -172,8 +172,29 @@ def run(ctx: Context) -> Outcome:
         f"{cycle.cpu_ms_per_request('server'):.2f} / {cycle.cpu_ms_per_request('postgres'):.2f} ms",
         f"no-op {noop.cpu_ms_per_request('server'):.2f} / {noop.cpu_ms_per_request('postgres'):.2f} ms",
     )
+    on, waiting = c.cpu_share(), c.wait_share()
+    outcome.row(
+        "server process during the cycle: on a core / runnable, waiting for one (share of the phase)",
+        f"{on.get('server', 0.0):.2f} / {waiting.get('server', 0.0):.2f}",
+        f"postgres backends: on cores {on.get('postgres', 0.0):.2f}, waiting for one "
+        f"{waiting.get('postgres', 0.0):.2f} (core-equivalents)",
+    )
+    per_request_ms = sum(cycle.cpu_ms_per_request(group) for group in ("server", "postgres", "wrk"))
+    cores = psutil.cpu_count() or 1
+    ceiling = cores * 1000 / per_request_ms if per_request_ms else 0.0
+    outcome.row(
+        "most req/s these cores allow at the measured CPU per request (server + postgres + wrk)",
+        rps(ceiling),
+        rps(n.rps),
+        ceiling / n.rps if n.rps else None,
+    )
     outcome.row("errors (non-2xx, socket)", str(c.failed))
-    outcome.notes.append(f"CPU cores used during the cycle: {c.cpu_share()}.")
+    outcome.notes.append(
+        "One server process runs one event loop: on a core + waiting for one near 1.00 means the loop never idled "
+        "(it is the bound) and only the first part of its time was work; the second is time the machine's cores "
+        "were taken, mostly by PostgreSQL's backends (the scheduler's own account, /proc/<pid>/task/*/schedstat)."
+    )
+    outcome.notes.append(f"CPU cores used during the cycle: {c.cpu_share()}; waiting for a core: {waiting}.")
     outcome.notes.append(f"server's database connections during the cycle (mean count): {cycle.backends}.")
     if cycle.statements:
         top = "; ".join(f"{n_ / max(1, cycle.served):.2f}x {q[:80]}" for n_, q in cycle.statements.by_query[:12])

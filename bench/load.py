@@ -45,6 +45,8 @@ class LoadResult:
     waits: int = 0
     overloaded: int = 0  # 429 answers (shed at once), also counted in errors["status"]
     cpu_seconds: dict[str, float] = field(default_factory=dict)
+    # seconds the named process trees' threads were runnable but waiting for a core (CpuMeter.waiting)
+    cpu_wait_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def failed(self) -> int:
@@ -54,8 +56,12 @@ class LoadResult:
         """CPU used per group, in cores (CPU seconds / wall seconds)."""
         return {k: round(v / self.seconds, 2) for k, v in self.cpu_seconds.items()}
 
+    def wait_share(self) -> dict[str, float]:
+        """Time each group's threads stood runnable waiting for a core, in cores (seconds / wall seconds)."""
+        return {k: round(v / self.seconds, 2) for k, v in self.cpu_wait_seconds.items()}
+
     def as_json(self) -> dict[str, Any]:
-        return asdict(self) | {"cpu_cores": self.cpu_share()}
+        return asdict(self) | {"cpu_cores": self.cpu_share(), "cpu_wait_cores": self.wait_share()}
 
 
 def ensure_wrk() -> str:
@@ -131,6 +137,7 @@ def run_wrk(
         waits=raw["waits"],
         overloaded=raw.get("overloaded", 0),
         cpu_seconds=cpu,
+        cpu_wait_seconds=dict(meter.waiting) if meter is not None else {},
     )
 
 
@@ -179,6 +186,35 @@ class CpuMeter:
         self.roots = dict(roots)
         self._start: dict[str, dict[int, float]] = {}
         self._machine = self._stolen = 0.0
+        self._waits: dict[str, dict[tuple[int, int], float]] = {}
+        # After `stop()`: seconds each tree's threads were runnable but waiting for a core (summed over threads:
+        # 0.3 per second of wall time means a thread of the tree stood in a run queue 30 % of the time).
+        self.waiting: dict[str, float] = {}
+
+    def _sample_waits(self) -> dict[str, dict[tuple[int, int], float]]:
+        """Per thread of each tree, the seconds it spent runnable in a run queue since it started: the second
+        field of /proc/<pid>/task/<tid>/schedstat (the scheduler's own account, not an estimate)."""
+        out: dict[str, dict[tuple[int, int], float]] = {}
+        for name, pid in self.roots.items():
+            waits: dict[tuple[int, int], float] = {}
+            try:
+                root = psutil.Process(pid)
+                procs = [root, *root.children(recursive=True)]
+            except psutil.NoSuchProcess:
+                procs = []
+            for proc in procs:
+                try:
+                    tids = os.listdir(f"/proc/{proc.pid}/task")
+                except OSError:
+                    continue
+                for tid in tids:
+                    try:
+                        with open(f"/proc/{proc.pid}/task/{tid}/schedstat") as f:
+                            waits[(proc.pid, int(tid))] = int(f.read().split()[1]) / 1e9
+                    except (OSError, IndexError, ValueError):
+                        continue
+            out[name] = waits
+        return out
 
     def _sample(self) -> dict[str, dict[int, float]]:
         out: dict[str, dict[int, float]] = {}
@@ -206,6 +242,7 @@ class CpuMeter:
 
     def start(self) -> None:
         self._start = self._sample()
+        self._waits = self._sample_waits()
         self._machine, self._stolen = self._busy()
 
     def stop(self) -> dict[str, float]:
@@ -213,6 +250,10 @@ class CpuMeter:
         used = {
             name: round(sum(v - self._start.get(name, {}).get(pid, 0.0) for pid, v in times.items()), 2)
             for name, times in end.items()
+        }
+        self.waiting = {
+            name: round(sum(v - self._waits.get(name, {}).get(key, 0.0) for key, v in waits.items()), 2)
+            for name, waits in self._sample_waits().items()
         }
         busy, stolen = self._busy()
         used["machine"] = round(busy - self._machine, 2)

@@ -10,6 +10,11 @@ Iceberg; executors writing through pypaimon + the driver's commit for Paimon), `
 is `df.write.parquet` of the same new rows (the root's files added by the second batch) into a fresh directory.
 Both are warmed up once, then alternate; medians are compared. The time inside `catalog.write` is reported
 separately (where the overhead lives).
+
+Paimon has no writer on the JVM these machines can install (its Spark connector is a Maven artifact), so its rows
+are written by pypaimon inside Python workers. The floor of any such writer is measured in the same run too: the
+same rows handed from Spark to Python workers as Arrow batches and written there with pyarrow's own parquet writer
+(snappy, as Spark), nothing else. Paimon's append is then compared with that floor as well as with plain Spark.
 """
 
 from __future__ import annotations
@@ -27,6 +32,36 @@ if TYPE_CHECKING:
     from spark_client import Catalog
 
 FORMATS = ("delta", "iceberg", "paimon")
+PYTHON_WRITERS = ("paimon",)  # formats whose executors write through a Python library
+
+
+def python_writer(df: Any, directory: str) -> int:
+    """Write `df` as parquet from Python workers: Spark hands each task's rows over as Arrow batches and pyarrow's
+    parquet writer (snappy, Spark's codec) writes one file per task. The least any Python-side writer does.
+    Returns the rows written."""
+    import os
+    import uuid
+
+    def write(batches: Any) -> Any:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        writer = None
+        rows = 0
+        try:
+            for batch in batches:
+                if writer is None:
+                    os.makedirs(directory, exist_ok=True)
+                    path = os.path.join(directory, f"part-{uuid.uuid4().hex}.parquet")
+                    writer = pq.ParquetWriter(path, batch.schema, compression="snappy")
+                writer.write_batch(batch)
+                rows += batch.num_rows
+        finally:
+            if writer is not None:
+                writer.close()
+        yield pa.RecordBatch.from_pydict({"rows": [rows]}, schema=pa.schema([("rows", pa.int64())]))
+
+    return int(sum(row[0] for row in df.mapInArrow(write, "rows long").collect()))
 
 
 def make_catalog(table_format: str, root: str) -> Catalog:
@@ -69,6 +104,21 @@ def measure(
                     f"{figures[table_format][str(rows)]['untagged_append_median']:.2f} s",
                     figures[table_format][str(rows)]["ratio_to_untagged_append"],
                 )
+                floor = figures[table_format][str(rows)].get("python_writer_floor_median")
+                if floor is not None:
+                    size = figures[table_format][str(rows)]
+                    outcome.row(
+                        f"python-writer floor (Spark → Arrow → pyarrow parquet) / plain write, {rows:,} new rows",
+                        f"{floor:.2f} s",
+                        f"{size['plain_median']:.2f} s",
+                        size["python_writer_floor_ratio"],
+                    )
+                    outcome.row(
+                        f"{table_format} append run_once / the python-writer floor, {rows:,} new rows",
+                        f"{size['tagged_median']:.2f} s",
+                        f"{floor:.2f} s",
+                        size["ratio_to_python_writer_floor"],
+                    )
     return figures
 
 
@@ -126,17 +176,37 @@ def _one_size(
         assert catalog.read_at(spark, sink, result.snapshots[sink]).count() == 2 * rows
         return elapsed, watch.seconds["catalog.write"] - before
 
+    def python_floor(tag: str) -> float:
+        t0 = time.perf_counter()
+        written = python_writer(new_rows, str(lake / "python-floor" / f"{table_format}-rows{rows}-{tag}"))
+        elapsed = time.perf_counter() - t0
+        assert written == rows, (written, rows)
+        return elapsed
+
+    with_floor = table_format in PYTHON_WRITERS
     plain("warmup")
     untagged()  # creates the table: the timed appends find it, as the tagged runs find their sinks
     tagged(repetitions)
-    plain_s, tagged_s, write_s, untagged_s = [], [], [], []
+    if with_floor:
+        python_floor("warmup")
+    plain_s, tagged_s, write_s, untagged_s, floor_s = [], [], [], [], []
     for r in range(repetitions):
         plain_s.append(plain(f"r{r}"))
         total, inside = tagged(r)
         tagged_s.append(total)
         write_s.append(inside)
         untagged_s.append(untagged())
-    return {
+        if with_floor:
+            floor_s.append(python_floor(f"r{r}"))
+    floor: dict[str, Any] = {}
+    if floor_s:
+        floor = {
+            "python_writer_floor_seconds": [round(x, 3) for x in floor_s],
+            "python_writer_floor_median": round(statistics.median(floor_s), 3),
+            "python_writer_floor_ratio": round(statistics.median(floor_s) / statistics.median(plain_s), 3),
+            "ratio_to_python_writer_floor": round(statistics.median(tagged_s) / statistics.median(floor_s), 3),
+        }
+    return floor | {
         "untagged_append_seconds": [round(x, 3) for x in untagged_s],
         "untagged_append_median": round(statistics.median(untagged_s), 3),
         "ratio_to_untagged_append": round(statistics.median(tagged_s) / statistics.median(untagged_s), 3),
