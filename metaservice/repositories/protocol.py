@@ -57,6 +57,8 @@ _GATHER = f"""
         SELECT t.id, t.name, t.sealable, t.latest_snapshot_id AS latest,
                (SELECT w.job_id FROM lineage_edges w
                  WHERE w.table_id = t.id AND w.role = 'sink' AND w.removed_at IS NULL) AS writer_id,
+               (SELECT wj.version FROM lineage_edges w JOIN jobs wj ON wj.id = w.job_id
+                 WHERE w.table_id = t.id AND w.role = 'sink' AND w.removed_at IS NULL) AS writer_version,
                CASE WHEN n.id IS NULL THEN NULL ELSE jsonb_build_array(
                    n.id, n.first_barrier, n.last_barrier, n.snapshot_id, n.kind, n.job_id) END AS newest,
                CASE WHEN o.snapshot_id IS NULL THEN NULL ELSE jsonb_build_array(o.snapshot_id, o.job_id) END AS output,
@@ -179,6 +181,7 @@ def _merge(world: World, head: Any, before_head: Any, jobs: Any, tables: Any, wi
             first_complete=t["first_complete"],
             before_first=t["before_first"],
             after_frontier=t["after_frontier"],
+            writer_version=t["writer_version"],
             unsealed=t["writer_id"] is None
             and t["sealable"]
             and t["latest"] is not None
@@ -205,7 +208,7 @@ def _merge(world: World, head: Any, before_head: Any, jobs: Any, tables: Any, wi
             name=j["name"],
             active=j["active"],
             last=j["last"],
-            version=j["version"],
+            version=_earliest_version(world, j["id"], j["version"]),
             sources=[e[0] for e in edges if e[1] == "source"],
             sinks=[e[0] for e in edges if e[1] == "sink"],
             in_flight=_run(j["in_flight"]),
@@ -214,6 +217,19 @@ def _merge(world: World, head: Any, before_head: Any, jobs: Any, tables: Any, wi
             lineage_after=j["lineage_after"],
             after_last=j["after_last"],
         )
+
+
+def _earliest_version(world: World, job_id: int, version: int) -> int:
+    """The job's version as of the oldest state the world holds of the tables it writes.
+
+    A plan may fetch a job after the tables it writes (an upstream writer it settles: `gather_jobs`), and `_merge`
+    keeps the views it already has. Had the job changed in between (committed a barrier, say), the plan would see
+    its tables without that change yet expect the job's newer version, so the compare-and-set would let it write
+    over the change (a duplicate range: an error, not a retry). Expecting the version seen with the tables makes
+    such a plan write nothing and be made again on a fresh gather. Versions only grow, so the oldest is the least.
+    """
+    seen = [t.writer_version for t in world.tables.values() if t.writer_id == job_id and t.writer_version is not None]
+    return min([version, *seen])
 
 
 async def gather(

@@ -81,6 +81,7 @@ class TableView:
     before_first: int | None  # the barrier issued before `first_barrier`
     after_frontier: int | None  # the barrier issued after its newest range's last barrier
     unsealed: bool = False  # a root whose newest known snapshot no barrier sealed yet
+    writer_version: int | None = None  # the writer's version when this view was gathered (repositories/protocol)
     ranges: dict[int, Range] = field(default_factory=dict)  # known ranges by first barrier
     known: list[tuple[int, int]] = field(default_factory=list)  # barrier intervals the known ranges cover fully
 
