@@ -173,6 +173,15 @@ def sequential(url: str, *, seconds: float, min_requests: int = 3, max_requests:
     )
 
 
+def _tree(pid: int) -> list[psutil.Process]:
+    """The process `pid` and its descendants now (none when it is gone)."""
+    try:
+        root = psutil.Process(pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
 class CpuMeter:
     """CPU seconds used between `start()` and `stop()` by named process trees (each root and its children).
 
@@ -197,12 +206,7 @@ class CpuMeter:
         out: dict[str, dict[tuple[int, int], float]] = {}
         for name, pid in self.roots.items():
             waits: dict[tuple[int, int], float] = {}
-            try:
-                root = psutil.Process(pid)
-                procs = [root, *root.children(recursive=True)]
-            except psutil.NoSuchProcess:
-                procs = []
-            for proc in procs:
+            for proc in _tree(pid):
                 try:
                     tids = os.listdir(f"/proc/{proc.pid}/task")
                 except OSError:
@@ -220,16 +224,12 @@ class CpuMeter:
         out: dict[str, dict[int, float]] = {}
         for name, pid in self.roots.items():
             times: dict[int, float] = {}
-            try:
-                root = psutil.Process(pid)
-                for proc in [root, *root.children(recursive=True)]:
-                    try:
-                        t = proc.cpu_times()
-                        times[proc.pid] = t.user + t.system
-                    except psutil.NoSuchProcess:
-                        continue
-            except psutil.NoSuchProcess:
-                pass
+            for proc in _tree(pid):
+                try:
+                    t = proc.cpu_times()
+                    times[proc.pid] = t.user + t.system
+                except psutil.NoSuchProcess:
+                    continue
             out[name] = times
         return out
 
