@@ -51,6 +51,8 @@ class AllocationRequest:
     `barrier`: issue a barrier (POST /barriers; `key` makes it idempotent). `seal`: issue one only when a table
     of `when_unsealed` has an unsealed snapshot, or `unless_after` is set and no barrier followed it (`next`).
     `report`: record root snapshots only. `roots` (table name → snapshot) are reported first in every kind.
+    A `seal` naming its `job` is a job's `next` reporting the roots it reads: the function checks them against the
+    job's current sources and seals when any root the job reads is unsealed (migration 2026-11-24-2100).
     """
 
     kind: Literal["barrier", "seal", "report"]
@@ -60,6 +62,7 @@ class AllocationRequest:
     when_unsealed: Sequence[int] = ()
     unless_after: int | None = None
     min_interval: float = 0.0
+    job: str | None = None
 
     def wire(self) -> dict[str, Any]:
         return {
@@ -70,6 +73,7 @@ class AllocationRequest:
             "when_unsealed": list(self.when_unsealed),
             "unless_after": self.unless_after,
             "min_interval": self.min_interval,
+            "job": self.job,
         }
 
 

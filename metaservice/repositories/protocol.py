@@ -101,25 +101,16 @@ _GATHER = f"""
            (SELECT max(b.barrier) FROM barriers b WHERE b.barrier < (SELECT barrier FROM head)),
            (SELECT coalesce(jsonb_agg(to_jsonb(j)), '[]') FROM job_rows j),
            (SELECT coalesce(jsonb_agg(to_jsonb(t)), '[]') FROM table_rows t),
-           (SELECT coalesce(jsonb_agg(jsonb_build_array(w.table_id, w.from_barrier, w.rows)), '[]') FROM windows w),
-           {{extra}}
+           (SELECT coalesce(jsonb_agg(jsonb_build_array(w.table_id, w.from_barrier, w.rows)), '[]') FROM windows w)
 """
 
 _BY_NAME = _GATHER.format(
     jobs="jobs_in AS (SELECT id, name, is_active, last_barrier, version, "
-    "last_seen_at < now() - interval '10 seconds' AS stale FROM jobs WHERE name = %(name)s)",
-    extra="""(SELECT coalesce(jsonb_agg(jsonb_build_array(
-                  a.name, t.id,
-                  EXISTS (SELECT 1 FROM lineage_edges w WHERE w.table_id = t.id AND w.role = 'sink'
-                             AND w.removed_at IS NULL),
-                  EXISTS (SELECT 1 FROM edges e WHERE e.table_id = t.id AND e.role = 'source'),
-                  t.latest_snapshot_id)), '[]')
-                FROM unnest(CAST(%(roots)s AS text[])) AS a(name) LEFT JOIN tables t ON t.name = a.name)""",
+    "last_seen_at < now() - interval '10 seconds' AS stale FROM jobs WHERE name = %(name)s)"
 )
 _BY_IDS = _GATHER.format(
     jobs="jobs_in AS (SELECT id, name, is_active, last_barrier, version, false AS stale FROM jobs "
-    "WHERE id = ANY(CAST(%(ids)s AS bigint[])))",
-    extra="'[]'::jsonb",
+    "WHERE id = ANY(CAST(%(ids)s AS bigint[])))"
 )
 
 _RANGES_FROM = f"""
@@ -132,22 +123,10 @@ _RANGES_FROM = f"""
 _AFTER = "SELECT min(barrier) FROM barriers WHERE barrier > %(barrier)s"
 
 
-@dataclass(frozen=True)
-class ReportedRoot:
-    """A table named in `root_snapshots`, as the database knows it (id None: not registered)."""
-
-    name: str
-    table_id: int | None
-    written: bool  # a job writes it: not a root
-    read: bool  # the job reads it
-    latest: int | None
-
-
 @dataclass
 class Gathered:
     world: World
     job_id: int | None  # the job asked for by name (None: not registered)
-    reported: list[ReportedRoot]
     run_at: RunView | None  # with `barrier`: the job's run covering it
     stale: bool  # the job was last seen over 10 s ago
 
@@ -232,22 +211,18 @@ def _earliest_version(world: World, job_id: int, version: int) -> int:
     return min([version, *seen])
 
 
-async def gather(
-    conn: Connection, *, name: str, roots: Sequence[str] = (), barrier: int | None = None, windows: bool = True
-) -> Gathered:
-    """The planning state of the job called `name`, what the database knows of the tables named in its root
-    snapshot report, and (with `barrier`) its run covering that barrier. Without `windows` the input ranges are
-    left out (commit and abort do not walk)."""
-    params = {"name": name, "roots": list(roots), "barrier": barrier, "windows": windows}
+async def gather(conn: Connection, *, name: str, barrier: int | None = None, windows: bool = True) -> Gathered:
+    """The planning state of the job called `name` and (with `barrier`) its run covering that barrier. Without
+    `windows` the input ranges are left out (commit and abort do not walk)."""
+    params = {"name": name, "barrier": barrier, "windows": windows}
     row = await fetch_one(conn, _BY_NAME, params, prepare=True)
     assert row is not None
     world = World(None, None, {}, {})
     _merge(world, *row[:5])
     jobs = row[2]
-    reported = [ReportedRoot(r[0], r[1], bool(r[2]), bool(r[3]), r[4]) for r in row[5]]
     if not jobs:
-        return Gathered(world, None, reported, None, False)
-    return Gathered(world, jobs[0]["id"], reported, _run(jobs[0]["run_at"]), bool(jobs[0]["stale"]))
+        return Gathered(world, None, None, False)
+    return Gathered(world, jobs[0]["id"], _run(jobs[0]["run_at"]), bool(jobs[0]["stale"]))
 
 
 async def gather_jobs(conn: Connection, world: World, *, job_ids: Sequence[int]) -> None:

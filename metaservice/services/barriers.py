@@ -98,21 +98,32 @@ async def next_barrier(
     start: str | int | None = None,
     principal: Principal = ANONYMOUS_ADMIN,
 ) -> BarrierDecision:
-    """Decide the job's next step. Idempotent: an in-flight barrier is offered again, with the same inputs."""
+    """Decide the job's next step. Idempotent: an in-flight barrier is offered again, with the same inputs.
+
+    Reported root snapshots go first, in one allocation call that checks them against the job (registered, active,
+    each table one of its sources and no job's sink: else 4xx and nothing recorded), records the newer ones and
+    seals when a root the job reads is unsealed (nothing while a barrier is in flight). The step then gathers
+    once, on the sealed ranges, instead of gathering to decide whether to allocate and again after it.
+    """
+    reported_wait: float | None = None
+    if root_snapshots:
+        request = AllocationRequest(
+            "seal", by=f"job:{job_id}", job=job_id, roots=dict(root_snapshots), min_interval=min_interval
+        )
+        reported_wait = _wait(await _allocate(db, request, principal=principal))
+    attempts = 0
 
     async def step(unit: Unit) -> BarrierDecision | None:
-        g = await protocol_rows.gather(unit.conn, name=job_id, roots=list(root_snapshots))
+        nonlocal attempts
+        attempts += 1
+        g = await protocol_rows.gather(unit.conn, name=job_id)
         job = _active(g, job_id)
-        _check_reported(g, job, principal)
-        retry_after: float | None = None
-        if job.in_flight is None:
-            reported = {r.name: root_snapshots[r.name] for r in g.reported if root_snapshots[r.name] > (r.latest or -1)}
+        retry_after = reported_wait
+        if job.in_flight is None and (attempts > 1 or not root_snapshots):  # else the report just sealed them
             roots = [t for t in job.sources if g.world.tables[t].writer_id is None]
-            if reported or any(g.world.tables[t].unsealed for t in roots):
-                request = AllocationRequest(
-                    "seal", by=f"job:{job_id}", roots=reported, when_unsealed=roots, min_interval=min_interval
-                )
-                retry_after = _wait(await _allocate(db, request))
+            if any(g.world.tables[t].unsealed for t in roots):
+                request = AllocationRequest("seal", by=f"job:{job_id}", when_unsealed=roots, min_interval=min_interval)
+                retry_after = _wait(await _allocate(db, request)) or retry_after
                 g = await protocol_rows.gather(unit.conn, name=job_id)
                 job = _active(g, job_id)
         outcome, planner = await _plan(unit, g, job, start=start)
@@ -268,12 +279,19 @@ async def _store(db: Database, unit: Unit, g: Gathered, planner: Planner) -> boo
     return stored
 
 
-async def _allocate(db: Database, request: AllocationRequest) -> Allocation:
+async def _allocate(db: Database, request: AllocationRequest, *, principal: Principal = ANONYMOUS_ADMIN) -> Allocation:
     allocation = await db.allocator.allocate(request)
     error = allocation.error
     if error is None:
         return allocation
-    if error.get("code") == "not_found":
+    code = error.get("code")
+    if code == "job_not_found":
+        raise NotFound(f"job {request.job!r} is not registered", job_id=request.job)
+    if code == "job_inactive":
+        raise JobInactive(f"job {request.job!r} was unregistered; register it again to resume", job_id=request.job)
+    if code == "not_source":
+        _refuse_unread(str(request.job), list(error.get("tables", [])), principal)
+    if code == "not_found":
         tables = list(error.get("tables", []))
         raise NotFound(f"tables not registered: {', '.join(tables)}", tables=tables)
     writers: dict[str, str] = dict(error.get("writers", {}))
@@ -304,32 +322,23 @@ def _active(g: Gathered, job_id: str) -> JobView:
     return job
 
 
-def _check_reported(g: Gathered, job: JobView, principal: Principal) -> None:
-    """`root_snapshots` may name only registered root tables the job reads (else nothing happens: 4xx). A job
-    token naming another table is refused as forbidden: reporting roots is how barriers seal data for every
-    reader, so a job reports only what it reads."""
-    missing = sorted(r.name for r in g.reported if r.table_id is None)
-    if missing:
-        raise NotFound(f"tables not registered: {', '.join(missing)}", tables=missing)
-    written = sorted(r.name for r in g.reported if r.written)
-    if written:
-        raise NotRoot(f"tables written by a job cannot be reported as roots: {', '.join(written)}", tables=written)
-    unread = sorted(r.name for r in g.reported if not r.read)
-    if unread and principal.role == "job":
+def _refuse_unread(job_id: str, unread: list[str], principal: Principal) -> None:
+    """`root_snapshots` named tables the job does not read. A job token is refused as forbidden: reporting roots
+    is how barriers seal data for every reader, so a job reports only what it reads."""
+    if principal.role == "job":
         raise Forbidden(
-            f"token {principal.name!r} may report root snapshots only for tables job {job.name!r} reads; "
+            f"token {principal.name!r} may report root snapshots only for tables job {job_id!r} reads; "
             f"not its sources: {', '.join(unread)}",
             tables=unread,
         )
-    if unread:
-        raise InvalidRequest(
-            f"root_snapshots may name only root tables job {job.name!r} reads; not its sources: {', '.join(unread)}",
-            errors=[
-                {"loc": ["body", "root_snapshots", name], "msg": "not a source of the job", "type": "not_a_source"}
-                for name in unread
-            ],
-            tables=unread,
-        )
+    raise InvalidRequest(
+        f"root_snapshots may name only root tables job {job_id!r} reads; not its sources: {', '.join(unread)}",
+        errors=[
+            {"loc": ["body", "root_snapshots", name], "msg": "not a source of the job", "type": "not_a_source"}
+            for name in unread
+        ],
+        tables=unread,
+    )
 
 
 def _check_sinks(job_id: str, sinks: list[str], snapshots: Mapping[str, int]) -> None:
