@@ -421,6 +421,42 @@ def test_case_7_a_next_answered_with_an_error_reports_nothing_and_issues_no_barr
         assert flow.job("J")["in_flight_barrier"] is None
 
 
+def test_case_7_a_next_may_report_only_what_its_job_reads_now_while_the_lineage_changes(flow: Flow) -> None:
+    """`next` sends its root report in the allocation call, which checks it against the job's current edges: a
+    source dropped, a source gained, a root handed to a writer, a job retired and revived. A refused report
+    records nothing and issues nothing; an accepted one is sealed and processed at once."""
+    flow.register("J", sources=[R1], sinks=[X])
+    flow.register("other", sources=[R2])
+    b1 = flow.run("J", {X: 10}, {R1: 1})
+
+    def refused(job: str, roots: Mapping[str, int], status: int, code: str) -> dict[str, Any]:
+        before = (flow.barriers(), {t: flow.table(t)["latest_snapshot_id"] for t in (R1, R2)})
+        answer = flow.wire.post(f"/jobs/{job}/barriers/next", {"root_snapshots": dict(roots)}, expect=(status,))
+        assert answer.code == code, answer.body
+        after = (flow.barriers(), {t: flow.table(t)["latest_snapshot_id"] for t in (R1, R2)})
+        assert after == before, "a refused next changed something"
+        return answer.json()
+
+    flow.register("J", sources=[R2])
+    flow.wire.delete(f"/register/source/J/{path(R1)}", expect=(200,))
+    assert refused("J", {R1: 2}, 422, "invalid_request")["tables"] == [R1]  # a source no more
+    gained = flow.process("J", {R2: 7})
+    assert gained["barrier"] > b1 and gained["inputs"] == inputs(r2=(7, None))
+    assert flow.table(R2)["latest_snapshot_id"] == 7
+    flow.commit("J", gained["barrier"], {X: 11})
+
+    flow.register("K", sinks=[R2])  # R2 is written by a job now: no one reports it
+    body = refused("J", {R2: 8}, 409, "not_root")
+    assert (body["table"], body["writer"]) == (R2, "K")
+
+    flow.unregister("J")
+    refused("J", {R2: 8}, 409, "job_unregistered")
+    flow.register("J", sources=[R1], sinks=[X])
+    revived = flow.process("J", {R1: 3})
+    assert revived["barrier"] > gained["barrier"] and revived["inputs"][R1]["snapshot_id"] == 3
+    assert flow.table(R1)["latest_snapshot_id"] == 3
+
+
 def test_case_7_a_commit_answered_with_an_error_leaves_the_barrier_in_flight_and_the_sink_unchanged(
     flow: Flow,
 ) -> None:
