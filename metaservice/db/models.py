@@ -93,11 +93,15 @@ class Table(Base):
         CheckConstraint(f"format IN {TABLE_FORMATS!r}", name="known_format"),
         CheckConstraint("latest_snapshot_id >= 0", name="snapshot_non_negative"),
         Index("uq_tables_name_folded", text("lower(name)"), unique=True),
+        Index("ix_tables_seal_candidate", "id", postgresql_where=text("seal_candidate")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     name: Mapped[str] = mapped_column(Text, unique=True)
     sealable: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+    # May need a seal (a report, a rollback or a leaving writer changed it since the last barrier): the seal reads
+    # only these (migration 2026-11-24-2200); every path that can make a root differ from its open range marks it.
+    seal_candidate: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
     format: Mapped[str | None] = mapped_column(Text)
     location: Mapped[str | None] = mapped_column(Text)
     latest_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)

@@ -52,7 +52,10 @@ _PLANNED_RESTORES = """
      WHERE status = 'planned' AND plan -> 'tables' ? %(table)s
      ORDER BY created_at, id
 """
-_LOCK_TABLES = "SELECT id FROM tables WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE"
+_LOCK_TABLES = """
+    UPDATE tables SET seal_candidate = true
+     WHERE id IN (SELECT id FROM tables WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE)
+"""
 _DELETE_RANGES_AFTER = """
     DELETE FROM snapshot_ranges r USING tables t
      WHERE t.id = r.table_id AND r.table_id = ANY(%(ids)s) AND r.first_barrier > %(barrier)s
@@ -135,8 +138,9 @@ async def planned_restores(conn: Connection, *, table: str) -> list[tuple[str, i
 
 
 async def lock_tables(conn: Connection, *, table_ids: Sequence[int]) -> None:
-    """Lock the tables' rows, in id order, before the clock: the order the allocation function locks in."""
-    await fetch_all(conn, _LOCK_TABLES, {"ids": list(table_ids)})
+    """Lock the tables' rows, in id order, before the clock: the order the allocation function locks in. They are
+    marked as seal candidates: the rollback may move a root's newest snapshot or ranges (migration 2026-11-24-2200)."""
+    await execute(conn, _LOCK_TABLES, {"ids": list(table_ids)})
 
 
 async def delete_ranges_after(conn: Connection, *, table_ids: Sequence[int], barrier: int) -> list[Any]:

@@ -10,6 +10,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from metaservice.db.allocator import AllocationRequest
+from tests.model.seal_marks import unmarked_tables_needing_a_seal
 
 
 def _call(url: str, requests: list[AllocationRequest]) -> list[dict[str, Any]]:
@@ -67,3 +68,24 @@ def test_refused_requests_and_key_replays_of_a_batch_record_nothing(api: httpx.C
     assert answers[4]["barrier"] > answers[0]["barrier"] and answers[4]["sealed"] == {}
     assert api.get("/tables/lake/raw/b").json()["latest_snapshot_id"] is None  # neither the replay nor the refusal
     assert api.get("/tables/lake/mart/m").json()["latest_snapshot_id"] is None
+
+
+def test_a_seal_reads_the_tables_marked_since_the_last_barrier_and_clears_the_marks(
+    api: httpx.Client, database_url: str
+) -> None:
+    """The seal no longer walks every root: it reads the tables a report (or a rollback) marked. A root changed
+    behind every API path (here: straight in SQL) is therefore not sealed until something marks it."""
+    _roots(api, database_url, "lake.raw.a", "lake.raw.b")
+    first = _call(database_url, [AllocationRequest("barrier", by="test", roots={"lake.raw.a": 5})])[0]
+    assert first["sealed"] == {"lake.raw.a": 5}
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        assert conn.execute("SELECT count(*) FROM tables WHERE seal_candidate").fetchone() == (0,)
+        conn.execute("UPDATE tables SET latest_snapshot_id = 9 WHERE name = 'lake.raw.b'")  # no mark
+    assert unmarked_tables_needing_a_seal(database_url) == ["lake.raw.b"]
+    unmarked = _call(database_url, [AllocationRequest("barrier", by="test")])[0]
+    assert unmarked["barrier"] > first["barrier"] and unmarked["sealed"] == {}  # a walk of every root would seal b
+    reported = api.post("/tables/lake/raw/b/snapshots", json={"snapshot_id": 9})
+    assert reported.status_code == 200, reported.text
+    assert unmarked_tables_needing_a_seal(database_url) == []
+    marked = _call(database_url, [AllocationRequest("barrier", by="test")])[0]
+    assert marked["sealed"] == {"lake.raw.b": 9}

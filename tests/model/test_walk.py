@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.model.seal_marks import unmarked_tables_needing_a_seal
 from tests.model.walk import Walk
 from tests.model.wire import Wire
 
@@ -27,7 +28,7 @@ LOG_TAIL = 60
 @pytest.mark.slow
 @pytest.mark.timeout(600 + STEPS)
 def test_a_random_walk_over_a_changing_lineage_reads_consistent_sets_and_leaves_no_job_stuck(
-    api: httpx.Client, tmp_path: Path
+    api: httpx.Client, database_url: str, tmp_path: Path
 ) -> None:
     seed = int(SEED) if SEED else random.SystemRandom().randrange(2**32)
     wire = Wire(api)
@@ -45,5 +46,6 @@ def test_a_random_walk_over_a_changing_lineage_reads_consistent_sets_and_leaves_
         ) from error
     print("\n" + figures.summary(wire))
     assert figures.steps == STEPS and figures.drains >= STEPS // walk.drain_every
+    assert unmarked_tables_needing_a_seal(database_url) == []  # reports, rollbacks and lineage changes marked them
     assert figures.consistent_sets > 0 and figures.strong_answers > 0, figures.summary(wire)
     assert figures.actions["run"] > 0 and sum(n for k, n in wire.outcomes.items() if "→ 2" in k) > 0
