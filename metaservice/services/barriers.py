@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 from metaservice.db.allocator import Allocation, AllocationRequest
 from metaservice.db.database import Connection, Database
@@ -322,7 +322,7 @@ def _active(g: Gathered, job_id: str) -> JobView:
     return job
 
 
-def _refuse_unread(job_id: str, unread: list[str], principal: Principal) -> None:
+def _refuse_unread(job_id: str, unread: list[str], principal: Principal) -> NoReturn:
     """`root_snapshots` named tables the job does not read. A job token is refused as forbidden: reporting roots
     is how barriers seal data for every reader, so a job reports only what it reads."""
     if principal.role == "job":

@@ -13,9 +13,11 @@ The invariant: a table that needs a seal is marked. What can make a table need o
 - a writer leaving the table: nothing to mark. A table gets `sealable = false` when a job registers as its
   writer and keeps it after the writer leaves (an orphan), until a report, which marks it;
 - a new table: marked by default.
-Clearing every mark after a seal is safe because nothing marks a table concurrently with an allocation: the
-allocation function holds the clock row FOR UPDATE for its whole transaction, and a rollback takes that row too
-(after the tables, the order every writer locks in).
+Clearing the marks after a seal is safe because nothing marks a table concurrently with an allocation and
+commits before it: the allocation function holds the clock row FOR UPDATE for its whole transaction, and a
+rollback takes that row too (after the tables, the order every writer locks in). The clear skips rows another
+transaction holds (they keep their mark, which only costs a look at the next seal): a rollback locks and marks
+its tables before it waits for the clock, and waiting for such a row after the clock would deadlock.
 
 Revision ID: 6e1f3a5b7c92
 Revises: 2b8d4e6f1a73
@@ -53,8 +55,11 @@ _CHANGES = (
     (
         "        SELECT coalesce(jsonb_object_agg(c.name, c.latest_snapshot_id), '{}'::jsonb) INTO v_sealed FROM changed c;\n",
         "        SELECT coalesce(jsonb_object_agg(c.name, c.latest_snapshot_id), '{}'::jsonb) INTO v_sealed FROM changed c;\n"
-        "        -- Every marked table now holds its newest snapshot in its open range, or needs no seal.\n"
-        "        UPDATE tables SET seal_candidate = false WHERE seal_candidate;\n",
+        "        -- Every marked table now holds its newest snapshot in its open range, or needs no seal. A row another\n"
+        "        -- transaction holds (a rollback marking its scope before it takes the clock) keeps its mark: waiting\n"
+        "        -- for it here, after the clock, would lock in the wrong order.\n"
+        "        UPDATE tables SET seal_candidate = false\n"
+        "         WHERE id IN (SELECT id FROM tables WHERE seal_candidate ORDER BY id FOR UPDATE SKIP LOCKED);\n",
     ),
 )
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import httpx
 import psycopg
 from psycopg.types.json import Jsonb
@@ -89,3 +90,35 @@ def test_a_seal_reads_the_tables_marked_since_the_last_barrier_and_clears_the_ma
     assert unmarked_tables_needing_a_seal(database_url) == []
     marked = _call(database_url, [AllocationRequest("barrier", by="test")])[0]
     assert marked["sealed"] == {"lake.raw.b": 9}
+
+
+def test_a_seal_leaves_the_mark_of_a_table_a_rollback_holds_instead_of_waiting_for_it(
+    api: httpx.Client, database_url: str
+) -> None:
+    """A rollback locks and marks its scope's tables, then waits for the clock; the allocation holds the clock and
+    then clears the marks. Waiting there for the rollback's row would deadlock the two: the clear skips it, and
+    the row keeps its mark (looked at again by the next seal)."""
+    from metaservice.repositories import rollbacks as rollback_rows
+
+    ids = _roots(api, database_url, "lake.raw.a", "lake.raw.b")
+    assert api.post("/tables/lake/raw/b/snapshots", json={"snapshot_id": 1}).status_code == 200  # b is marked
+
+    async def interleaving() -> tuple[dict[str, Any], bool]:
+        async with await psycopg.AsyncConnection.connect(database_url) as rollback:  # a transaction, held open
+            await rollback_rows.lock_tables(rollback, table_ids=[ids["lake.raw.a"]])  # the rollback's first step
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                conn.execute("SET statement_timeout = '10s'")  # a wait for the rollback's row would end here
+                row = conn.execute(
+                    "SELECT metaservice_issue_barriers(%s)", [Jsonb([AllocationRequest("barrier", by="t").wire()])]
+                ).fetchone()
+            await rollback.execute("SELECT 1 FROM barrier_clock WHERE id = 1 FOR UPDATE")  # the clock is free
+            await rollback.commit()
+        with psycopg.connect(database_url) as conn:
+            marked = conn.execute("SELECT seal_candidate FROM tables WHERE name = 'lake.raw.a'").fetchone()
+        assert row is not None and marked is not None
+        return row[0][0], bool(marked[0])
+
+    answer, still_marked = anyio.run(interleaving)
+    assert answer["sealed"] == {"lake.raw.b": 1}  # the allocation went on and sealed what was due
+    assert still_marked
+    assert unmarked_tables_needing_a_seal(database_url) == []
