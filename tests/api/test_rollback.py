@@ -321,6 +321,20 @@ def test_a_second_rollback_planned_before_the_first_completed_is_stale(lake: Lak
     assert lake.api.get(f"/rollbacks/{late['rollback_id']}").json()["status"] == "planned"
 
 
+def test_the_barrier_after_a_rollback_seals_the_root_snapshot_given_with_completion(lake: Lake) -> None:
+    """The rollback moves the root's newest snapshot past the one it holds: the next barrier must seal it, with no
+    report in between (the rollback marks its tables for the seal, migration 2026-11-24-2200)."""
+    b1 = lake.barrier()
+    lake.barrier()  # its seal cleared every mark
+    planned = plan(lake.api, ORDERS, b1)
+    lake.restore(planned)
+    restored = lake.versions[ORDERS]
+    assert complete(lake.api, planned["rollback_id"], root_snapshots={ORDERS: restored})["status"] == "completed"
+    issued = lake.api.post("/barriers")
+    assert issued.status_code == 201, issued.text
+    assert issued.json()["sealed"] == {ORDERS: restored}
+
+
 def test_root_snapshot_after_the_restore_can_be_given_with_completion(lake: Lake) -> None:
     b1 = lake.barrier()
     lake.barrier()
