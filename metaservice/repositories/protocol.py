@@ -55,10 +55,7 @@ _GATHER = f"""
     ),
     table_rows AS (
         SELECT t.id, t.name, t.sealable, t.latest_snapshot_id AS latest,
-               (SELECT w.job_id FROM lineage_edges w
-                 WHERE w.table_id = t.id AND w.role = 'sink' AND w.removed_at IS NULL) AS writer_id,
-               (SELECT wj.version FROM lineage_edges w JOIN jobs wj ON wj.id = w.job_id
-                 WHERE w.table_id = t.id AND w.role = 'sink' AND w.removed_at IS NULL) AS writer_version,
+               wr.job_id AS writer_id, wr.version AS writer_version,
                CASE WHEN n.id IS NULL THEN NULL ELSE jsonb_build_array(
                    n.id, n.first_barrier, n.last_barrier, n.snapshot_id, n.kind, n.job_id) END AS newest,
                CASE WHEN o.snapshot_id IS NULL THEN NULL ELSE jsonb_build_array(o.snapshot_id, o.job_id) END AS output,
@@ -67,6 +64,8 @@ _GATHER = f"""
                (SELECT min(b.barrier) FROM barriers b WHERE b.barrier > n.last_barrier) AS after_frontier
           FROM (SELECT DISTINCT table_id FROM edges) d
           JOIN tables t ON t.id = d.table_id
+          LEFT JOIN LATERAL (SELECT w.job_id, wj.version FROM lineage_edges w JOIN jobs wj ON wj.id = w.job_id
+                              WHERE w.table_id = t.id AND w.role = 'sink' AND w.removed_at IS NULL) wr ON true
           LEFT JOIN LATERAL (SELECT * FROM snapshot_ranges r WHERE r.table_id = t.id
                               ORDER BY r.first_barrier DESC LIMIT 1) n ON true
           LEFT JOIN LATERAL (SELECT r.snapshot_id, r.job_id FROM snapshot_ranges r
