@@ -24,6 +24,8 @@ Revises: 2b8d4e6f1a73
 Create Date: 2026-11-24 22:00:00
 """
 
+# ruff: noqa: E501  (the function's SQL lines are quoted as they stand in it)
+
 from __future__ import annotations
 
 import importlib.util
@@ -39,7 +41,7 @@ down_revision: str | None = "2b8d4e6f1a73"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# The previous revision's function, changed in three places (each must occur exactly once).
+# The previous revision's function, changed in three places (`patched`: each `old` occurs exactly once).
 _CHANGES = (
     (
         "                   sealable = t.sealable OR r.snapshot_id >= coalesce(t.latest_snapshot_id, -1)\n",
@@ -65,6 +67,7 @@ _CHANGES = (
 
 
 def _previous() -> ModuleType:
+    """Migration 2026-11-24-2100, which defines the previous function and the helpers to load and patch it."""
     path = Path(__file__).with_name("2026-11-24-2100_seal_for_job.py")  # migrations cannot import each other
     spec = importlib.util.spec_from_file_location("seal_for_job", path)
     assert spec is not None and spec.loader is not None
@@ -75,12 +78,8 @@ def _previous() -> ModuleType:
 
 def issue_barriers() -> str:
     """This revision's `metaservice_issue_barriers`."""
-    text = str(_previous().ISSUE_BARRIERS)
-    for old, new in _CHANGES:
-        if text.count(old) != 1:
-            raise RuntimeError(f"the previous function text changed; cannot apply: {old!r}")
-        text = text.replace(old, new)
-    return text
+    previous = _previous()
+    return str(previous.patched(previous.ISSUE_BARRIERS, _CHANGES))
 
 
 def upgrade() -> None:
