@@ -48,10 +48,17 @@ _UNSTORABLE = frozenset(
     {"void", "interval", "daytimeinterval", "yearmonthinterval", "time", "variant", "geometry", "geography"}
     | {"byte", "short", "char", "varchar"}
 )
+_MERGE_MANIFESTS = "commit.manifest-merge.enabled"
 _TABLE_PROPERTIES = {
     "format-version": "2",  # sequence numbers: the snapshot ids MetaService sees
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "20",
+    # Iceberg's own default (pyiceberg's is off): an append merges the table's small manifests once there are
+    # `commit.manifest.min-count-to-merge` of them, so planning a scan reads a bounded number of manifests as
+    # barriers go by instead of one more for every commit ever made (~1.2 ms each). 16, not Iceberg's 100: a
+    # table here gets one small manifest per barrier, and rewriting 16 of them costs less than planning over 100.
+    _MERGE_MANIFESTS: "true",
+    "commit.manifest.min-count-to-merge": "16",
 }
 _COMMIT_ATTEMPTS = 8
 
@@ -528,7 +535,7 @@ class IcebergCatalog:
             if missing := removed - current_files.keys():
                 raise RuntimeError(f"{table!r} changed while writing: {len(missing)} file(s) to replace are gone")
             update = tx.update_snapshot(snapshot_properties=properties)
-            with update.overwrite() if removed else update.fast_append() as producer:
+            with update.overwrite() if removed else _appender(update, tx.table_metadata) as producer:
                 for path in sorted(removed):
                     producer.delete_data_file(current_files[path])
                 for datafile in datafiles:
@@ -545,6 +552,13 @@ class IcebergCatalog:
                     return _sequence(snapshot)
             raise RuntimeError(f"the commit of write {write_id} is not in the metadata of {table!r}")
         raise AssertionError("unreachable: the last attempt re-raises")
+
+
+def _appender(update: Any, metadata: Any) -> Any:
+    """A merge append unless the table turns manifest merging off: absent, the property is on, as in Iceberg's
+    table spec (pyiceberg alone defaults to fast appends, one more manifest per commit forever)."""
+    merging = str(metadata.properties.get(_MERGE_MANIFESTS, "true")).lower() != "false"
+    return update.merge_append() if merging else update.fast_append()
 
 
 def _evolve(tx: Any, schema: StructType, *, replace: bool) -> None:

@@ -250,6 +250,28 @@ def test_iceberg_snapshot_ids_are_sequence_numbers_that_pyiceberg_opens(spark: S
     assert summary.get("metaservice.barrier") is None  # untagged
 
 
+def test_iceberg_appends_merge_manifests_so_planning_stays_bounded(spark: SparkSession, tmp_path: Path) -> None:
+    """One barrier, one append: without merging, every scan would read one more manifest per commit ever made."""
+    catalog = IcebergCatalog(tmp_path / "lake")
+    snapshots = [catalog.append(spark, frame(spark, i), T) for i in range(1, 21)]
+    ice = catalog.pyiceberg_table(T)
+    assert ice.properties["commit.manifest-merge.enabled"] == "true"
+    assert len(ice.current_snapshot().manifests(ice.io)) <= 16  # type: ignore[union-attr]
+    # merged manifests keep every snapshot's files: reads at old snapshots and changes across a merge are exact
+    assert ids(spark, catalog, snapshots[4]) == list(range(1, 6))
+    assert ids(spark, catalog, snapshots[-1]) == list(range(1, 21))
+    changed = catalog.read_changes(spark, T, after_snapshot_id=snapshots[9], snapshot_id=snapshots[-1])
+    assert sorted(r["id"] for r in changed.collect()) == list(range(11, 21))
+    # a table whose owner turned merging off keeps Iceberg's fast appends: one more manifest per commit
+    with ice.transaction() as tx:
+        tx.set_properties({"commit.manifest-merge.enabled": "false"})
+    before = len(catalog.pyiceberg_table(T).current_snapshot().manifests(ice.io))  # type: ignore[union-attr]
+    for i in (21, 22):
+        catalog.append(spark, frame(spark, i), T)
+    after = catalog.pyiceberg_table(T).current_snapshot()
+    assert after is not None and len(after.manifests(ice.io)) == before + 2
+
+
 def test_iceberg_catalog_on_the_test_postgresql(spark: SparkSession, tmp_path: Path, iceberg_pg_url: str) -> None:
     with IcebergCatalog(tmp_path / "lake", uri=iceberg_pg_url) as catalog:
         tagged = catalog.write(spark, frame(spark, 1, 2), T, mode="append", app_id="enrich", barrier=11)
