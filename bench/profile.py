@@ -34,6 +34,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=int, default=10, help="length of the measured load")
     parser.add_argument("--top", type=int, default=10, help="statements to print")
     parser.add_argument(
+        "--poll",
+        action="store_true",
+        help="the jobs' roots never move: every job polls `next` reporting the snapshot it already reported",
+    )
+    parser.add_argument(
         "--server-env", action="append", default=[], metavar="NAME=VALUE", help="a setting for the server (repeat)"
     )
     args = parser.parse_args(argv)
@@ -44,11 +49,17 @@ def main(argv: list[str] | None = None) -> None:
     seed.register_rows(url, seed.one_root_per_job(JOBS))
     with ctx.cluster.reloaded("pg_stat_statements.track_planning", "on"), serving(url, env=server_env) as server:
         target = f"{server.base_url}/"
-        load.run_wrk(target, cycle_args(), connections=JOBS, seconds=3, threads=JOBS)
+        script = cycle_args()
+        if args.poll:
+            script[0] = "poll"
+        load.run_wrk(target, script, connections=JOBS, seconds=3, threads=JOBS)
         cluster.reset_statements(ctx.cluster)
         meter = load.CpuMeter({"server": server.process.pid, "postgres": ctx.cluster.server.get_pid()})  # type: ignore[union-attr]
-        result = load.run_wrk(target, cycle_args(), connections=JOBS, seconds=args.seconds, threads=JOBS, meter=meter)
-    print(f"{result.rps:.0f} req/s, p50 {result.p50_ms:.1f} ms, p99 {result.p99_ms:.1f} ms; cores {result.cpu_share()}")
+        result = load.run_wrk(target, script, connections=JOBS, seconds=args.seconds, threads=JOBS, meter=meter)
+    print(
+        f"{result.rps:.0f} req/s ({result.cycles} commits, {result.waits} waits), p50 {result.p50_ms:.1f} ms, "
+        f"p99 {result.p99_ms:.1f} ms; cores {result.cpu_share()}"
+    )
     print(f"{'calls':>8} {'total ms':>10} {'mean ms':>8} {'plans':>8} {'plan ms':>8}  statement")
     with cluster.connect(ctx.cluster.url()) as conn:
         for calls, total, mean, plans, plan_ms, query in conn.execute(_TOP, (DATABASE, args.top)):

@@ -4,6 +4,9 @@
 --       one job per thread (run with as many threads as connections): POST next with the job's root at a
 --       new snapshot; on "process" commit the barrier with the sink at the input snapshot it names; repeat. Snapshots
 --       start at FIRST_SNAPSHOT, which must exceed every snapshot of an earlier run on the same database.
+--   poll <JOB_PREFIX> <ROOT_PREFIX> <SINK_PREFIX> <FIRST_SNAPSHOT>
+--       the same, but the root never moves: after its first barrier each job polls `next` reporting the
+--       snapshot it already reported (an idle pipeline's jobs), and every answer is a wait.
 -- done() prints one line "WRK_JSON {...}" with the summary, latency percentiles (µs) and cycle counts.
 
 local threads = {}
@@ -69,7 +72,9 @@ function response(status, headers, body)
     end
   else
     cycles = cycles + 1
-    snapshot = snapshot + 1
+    if mode == "cycle" then
+      snapshot = snapshot + 1
+    end
     state = "next"
   end
 end
