@@ -33,6 +33,30 @@ _FILE = "_metaservice_file"
 _MODES = (Append, Overwrite, ReplaceWhere, OverwritePartitions, Merge)
 
 
+_GLOB = re.compile(r"[*?\[\]{}\\]")
+
+
+def local_root(root: str | os.PathLike[str], *, what: str) -> str:
+    """The absolute path of a lake root on the local file system, refusing what Spark could not read back.
+
+    Spark expands `* ? [ ] { } \\` in the file names it is given as patterns, so a table under a directory named,
+    say, `lake[prod]` would write fine and then read as "path does not exist" (or, with globbing switched off,
+    some files twice). Refused up front, before anything is written.
+
+    Raises:
+        ValueError: a URI (`s3://…`) or a path with one of those characters.
+    """
+    path = os.fspath(root)
+    if "://" in path:
+        raise ValueError(f"only local directories are supported as {what} so far, got {path!r}")
+    if found := sorted(set(_GLOB.findall(path))):
+        raise ValueError(
+            f"{what} {path!r} contains {' '.join(found)}: Spark reads table files by name and expands these as "
+            "patterns, so the tables could not be read back; choose a directory without them"
+        )
+    return os.path.abspath(path)
+
+
 def split_name(table: str) -> tuple[str, str, str]:
     """`catalog.database.table` → its three parts; ValueError for a malformed name."""
     parts = table.split(".")

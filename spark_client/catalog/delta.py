@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote
 
 import pyarrow.parquet as pq
 from deltalake import CommitProperties, DeltaTable, Transaction
@@ -45,6 +45,8 @@ from spark_client.catalog._writes import (
     aligned,
     data_schema,
     frame,
+    local_path,
+    local_root,
 )
 from spark_client.catalog.base import CommitKind, CommitRecord, NotAppendOnly, SchemaMismatch, UnsupportedTable
 from spark_client.modes import Append, Merge, ModeName, Overwrite, OverwritePartitions, ReplaceWhere, WriteMode, as_mode
@@ -146,10 +148,7 @@ class DeltaCatalog:
     format: str = "delta"
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        root = os.fspath(root)
-        if "://" in root:
-            raise ValueError(f"only local directories are supported as a Delta lake root so far, got {root!r}")
-        self.root = os.path.abspath(root)
+        self.root = local_root(root, what="a Delta lake root")
 
     def __repr__(self) -> str:
         return f"DeltaCatalog({self.root!r})"
@@ -637,7 +636,7 @@ def _plan_write(table: str, delta: DeltaTable | None, df: DataFrame, mode: Write
 
     def touched_files(hits: DataFrame) -> list[str]:
         names = hits.select(_FILE_COLUMN).distinct().collect()
-        return sorted({_local_path(r[0]) for r in names})
+        return sorted({local_path(r[0]) for r in names})
 
     if isinstance(mode, ReplaceWhere):
         files = touched_files(target.filter(replaced))
@@ -716,17 +715,11 @@ def _live_files(delta: DeltaTable) -> dict[str, tuple[str, int | None]]:
     """Absolute local path → (path as the log holds it, size) for each file of the loaded version."""
     import pyarrow as pa
 
-    location = _local_path(delta.table_uri)
+    location = local_path(delta.table_uri)
     actions = pa.table(delta.get_add_actions(flatten=True)).select(["path", "size_bytes"]).to_pylist()
     return {
         os.path.normpath(os.path.join(location, unquote(a["path"]))): (str(a["path"]), a["size_bytes"]) for a in actions
     }
-
-
-def _local_path(uri: str) -> str:
-    """A file URI (`file:/...`, `file:///...`) or path as a normalized local path."""
-    parsed = urlparse(uri)
-    return os.path.normpath(unquote(parsed.path) if parsed.scheme in ("file", "") else uri)
 
 
 def _newest_first(location: str, newest: int) -> Iterator[dict[str, Any]]:

@@ -99,12 +99,9 @@ class IcebergCatalog:
         catalog: PyIcebergCatalog | None = None,
         name: str = "metaservice",
     ) -> None:
-        root = os.fspath(root)
-        if "://" in root:
-            raise ValueError(f"only local directories are supported as an Iceberg warehouse root so far, got {root!r}")
         if uri is not None and catalog is not None:
             raise ValueError("give either uri (a SQL catalog) or catalog (any pyiceberg catalog), not both")
-        self.root = os.path.abspath(root)
+        self.root = _writes.local_root(root, what="an Iceberg warehouse root")
         self._uri = uri
         self._name = name
         self._catalog = catalog

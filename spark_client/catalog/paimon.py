@@ -83,10 +83,7 @@ class PaimonCatalog:
     format: str = "paimon"
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        root = os.fspath(root)
-        if "://" in root:
-            raise ValueError(f"only local directories are supported as a Paimon warehouse root so far, got {root!r}")
-        self.root = os.path.abspath(root)
+        self.root = _writes.local_root(root, what="a Paimon warehouse root")
         self._catalogs: dict[str, PaimonNativeCatalog] = {}
 
     def __repr__(self) -> str:

@@ -25,7 +25,7 @@ from spark_client.catalog import (
     SchemaMismatch,
 )
 from spark_client.modes import Append, Merge, Overwrite, OverwritePartitions, ReplaceWhere
-from tests.spark.formats import snapshot_files, table_files
+from tests.spark.formats import FORMATS, make_catalog, snapshot_files, table_files
 from tests.support import ServerProcess
 
 pytestmark = pytest.mark.spark
@@ -248,6 +248,19 @@ def test_iceberg_snapshot_ids_are_sequence_numbers_that_pyiceberg_opens(spark: S
     summary = catalog.pyiceberg_table(T).current_snapshot().summary  # type: ignore[union-attr]
     assert summary is not None and summary.get("metaservice.write_id")
     assert summary.get("metaservice.barrier") is None  # untagged
+
+
+@pytest.mark.parametrize("format_name", FORMATS)
+@pytest.mark.parametrize("name", ["lake[prod]", "lake{a,b}", "lake*", "what?"])
+def test_a_root_spark_would_read_as_a_pattern_is_refused_before_anything_is_written(
+    tmp_path: Path, format_name: str, name: str
+) -> None:
+    """Spark expands glob characters in the file names it reads: such a lake would write and then not read back."""
+    with pytest.raises(ValueError, match=r"contains .*choose a directory without them"):
+        make_catalog(format_name, tmp_path / name)
+    with pytest.raises(ValueError, match="only local directories"):
+        make_catalog(format_name, "s3://bucket/lake")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_iceberg_appends_merge_manifests_so_planning_stays_bounded(spark: SparkSession, tmp_path: Path) -> None:
