@@ -531,8 +531,11 @@ class IcebergCatalog:
                 current_files = {f.file_path: f for f in _data_files(ice, current, table)}
             if missing := removed - current_files.keys():
                 raise RuntimeError(f"{table!r} changed while writing: {len(missing)} file(s) to replace are gone")
+            if not removed and _MERGE_MANIFESTS not in tx.table_metadata.properties:
+                # Iceberg's default, made explicit: pyiceberg's merge append reads an absent property as off
+                tx.set_properties({_MERGE_MANIFESTS: "true"})
             update = tx.update_snapshot(snapshot_properties=properties)
-            with update.overwrite() if removed else _appender(update, tx.table_metadata) as producer:
+            with update.overwrite() if removed else update.merge_append() as producer:
                 for path in sorted(removed):
                     producer.delete_data_file(current_files[path])
                 for datafile in datafiles:
@@ -549,13 +552,6 @@ class IcebergCatalog:
                     return _sequence(snapshot)
             raise RuntimeError(f"the commit of write {write_id} is not in the metadata of {table!r}")
         raise AssertionError("unreachable: the last attempt re-raises")
-
-
-def _appender(update: Any, metadata: Any) -> Any:
-    """A merge append unless the table turns manifest merging off: absent, the property is on, as in Iceberg's
-    table spec (pyiceberg alone defaults to fast appends, one more manifest per commit forever)."""
-    merging = str(metadata.properties.get(_MERGE_MANIFESTS, "true")).lower() != "false"
-    return update.merge_append() if merging else update.fast_append()
 
 
 def _evolve(tx: Any, schema: StructType, *, replace: bool) -> None:

@@ -283,6 +283,15 @@ def test_iceberg_appends_merge_manifests_so_planning_stays_bounded(spark: SparkS
         catalog.append(spark, frame(spark, i), T)
     after = catalog.pyiceberg_table(T).current_snapshot()
     assert after is not None and len(after.manifests(ice.io)) == before + 2
+    # a table without the property (created elsewhere, or before this client set it) merges: Iceberg's default
+    with catalog.pyiceberg_table(T).transaction() as tx:
+        tx.remove_properties("commit.manifest-merge.enabled")
+        tx.set_properties({"commit.manifest.min-count-to-merge": "2"})
+    catalog.append(spark, frame(spark, 23), T)
+    merged = catalog.pyiceberg_table(T).current_snapshot()
+    assert merged is not None and len(merged.manifests(ice.io)) == 1
+    assert catalog.pyiceberg_table(T).properties["commit.manifest-merge.enabled"] == "true"
+    assert ids(spark, catalog, merged.sequence_number or 0) == list(range(1, 24))
 
 
 def test_iceberg_catalog_on_the_test_postgresql(spark: SparkSession, tmp_path: Path, iceberg_pg_url: str) -> None:
