@@ -424,3 +424,41 @@ def test_downstream_next_racing_its_upstream_writer_step_succeeds(cluster: Clust
             (newer, newer, "idle"),
             (first, first, "committed"),
         ]
+
+
+def test_a_next_that_plans_again_seals_a_root_reported_while_it_waited(cluster: Cluster) -> None:
+    """`next` with `root_snapshots` seals them in its allocation call and plans on that barrier. When its write
+    loses the compare-and-set (another step changed the job), it plans again from scratch; by then another caller
+    may have reported a newer snapshot of the root. The new plan must seal that one too, as a `next` without a
+    report would, instead of handing out the barrier of the first attempt with the older snapshot.
+
+    The interleaving is made certain by holding the job's row: the step has sealed, planned and waits to write;
+    the newer report goes in; the holder bumps the job's version, as a concurrent step of the job would.
+    """
+    register(cluster, "solo", sources=[ORDERS], sinks=[OUT])
+    with (
+        psycopg.connect(cluster.url, autocommit=True) as monitor,
+        psycopg.connect(cluster.url) as blocker,
+        ThreadPoolExecutor(max_workers=1) as pool,
+    ):
+        blocker.execute("SELECT 1 FROM jobs WHERE name = %s FOR UPDATE", ("solo",))
+        step = pool.submit(cluster.post, "/jobs/solo/barriers/next", {"root_snapshots": {ORDERS: 1}}, server=1)
+        support.wait_until(lambda: lock_waiters(monitor) >= 1, timeout=3, what="the job's step to wait to write")
+        (first,) = [b["barrier"] for b in cluster.get("/barriers")["barriers"]]  # sealed snapshot 1
+
+        reported = cluster.post(f"/tables/{path(ORDERS)}/snapshots", {"snapshot_id": 2})
+        assert reported.status_code == 200, reported.text
+        blocker.execute("UPDATE jobs SET version = version + 1 WHERE name = %s", ("solo",))
+        blocker.commit()
+        response = step.result(timeout=TIMEOUT)
+
+    assert response.status_code == 200, response.text
+    decision = response.json()
+    assert decision["action"] == "process", decision
+    assert decision["barrier"] > first, decision
+    assert decision["inputs"] == {ORDERS: {"snapshot_id": 2, "previous_snapshot_id": None}}, decision
+    ranges = cluster.get(f"/tables/{path(ORDERS)}/barriers")["ranges"]
+    (holding,) = covering(ranges, decision["barrier"])
+    assert (holding["snapshot_id"], holding["first_barrier"]) == (2, decision["barrier"])
+    info = cluster.get("/jobs/solo")
+    assert info["in_flight_barrier"] == decision["barrier"]
