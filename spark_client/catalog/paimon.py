@@ -54,6 +54,10 @@ _TABLE_OPTIONS = {
 }
 
 
+# `read_changes` reads the delta manifests of at most this many snapshots; a longer range compares full plans.
+DELTA_SNAPSHOTS = 64
+
+
 @dataclass(frozen=True)
 class _File:
     """A data file of the current snapshot, with where it lives in Paimon's layout (for removing it)."""
@@ -265,15 +269,16 @@ class PaimonCatalog:
             return self.read_at(spark, table, snapshot_id)
         if after_snapshot_id > snapshot_id:
             raise ValueError(f"after_snapshot_id {after_snapshot_id} is newer than snapshot_id {snapshot_id}")
-        now = _current_files(self.paimon_table(table, snapshot_id=snapshot_id), table)
-        before = _current_files(self.paimon_table(table, snapshot_id=after_snapshot_id), table)
-        if gone := len(before.keys() - now.keys()):
+        native = self.paimon_table(table)
+        for wanted in (after_snapshot_id, snapshot_id):
+            self.paimon_table(table, snapshot_id=wanted)  # ValueError: no such snapshot
+        added, gone = _added_between(native, table, after_snapshot_id, snapshot_id)
+        if gone:
             raise NotAppendOnly(
                 f"{table!r} is not append-only between snapshots {after_snapshot_id} and {snapshot_id}: "
                 f"{gone} file(s) were removed (overwritten); read it whole with read_at"
             )
-        fields = _fields_at(self.paimon_table(table), snapshot_id)
-        return _writes.frame(spark, _spark_schema(fields), sorted(now.keys() - before.keys()))
+        return _writes.frame(spark, _spark_schema(_fields_at(native, snapshot_id)), sorted(added))
 
     def commits_after(self, table: str, snapshot_id: int | None) -> list[CommitRecord]:
         """The snapshots of `table` after `snapshot_id` (all when None), newest first, with their tags (a
@@ -556,18 +561,67 @@ def _tagged_snapshot(native: FileStoreTable, *, app_id: str, barrier: int) -> in
     return None
 
 
-def _current_files(native: FileStoreTable, table: str) -> dict[str, _File]:
-    """Data files of the table's (time-travelled) snapshot by path; UnsupportedTable when files alone mislead."""
+def _files_suffice(native: FileStoreTable, table: str) -> None:
+    """UnsupportedTable when the data files alone would mislead a reader (merge on read, deletion vectors)."""
     if native.is_primary_key_table:
         raise UnsupportedTable(f"{table!r} is a primary-key table (merge on read); read it with paimon_table")
     if native.options.deletion_vectors_enabled():
         raise UnsupportedTable(f"{table!r} uses deletion vectors; read it with paimon_table")
+
+
+def _current_files(native: FileStoreTable, table: str) -> dict[str, _File]:
+    """Data files of the table's (time-travelled) snapshot by path; UnsupportedTable when files alone mislead."""
+    _files_suffice(native, table)
     files: dict[str, _File] = {}
     for split in native.new_read_builder().new_scan().plan().splits():
         partition = tuple(split.partition.values) if split.partition is not None else ()
         for meta in split.files:
             files[os.path.normpath(meta.file_path)] = _File(partition, split.bucket, meta)
     return files
+
+
+def _added_between(native: FileStoreTable, table: str, after: int, until: int) -> tuple[set[str], int]:
+    """(paths of the data files added after snapshot `after` up to `until`, how many files of `after` are gone).
+
+    Reads the delta manifests of the snapshots in between: a barrier's changes are a file or two, while a full
+    plan reads every manifest of the table, and pypaimon never merges manifests (one more per commit: a plan
+    over 150 commits took 55 ms, `read_changes` by two plans 108 ms). A file added and removed in between is in
+    neither. Over more than `DELTA_SNAPSHOTS` snapshots, or when one in between is gone, it compares the two
+    snapshots' full file lists instead (as Paimon's own `IncrementalDiffScanner` does for long ranges).
+    """
+    _files_suffice(native, table)
+    manager = native.snapshot_manager()
+    between = (
+        [manager.get_snapshot_by_id(i) for i in range(after + 1, until + 1)] if until - after <= DELTA_SNAPSHOTS else []
+    )
+    if until > after and (not between or any(s is None for s in between)):
+        now = _current_files(native.copy({"scan.snapshot-id": str(until)}), table)
+        before = _current_files(native.copy({"scan.snapshot-id": str(after)}), table)
+        return set(now.keys() - before.keys()), len(before.keys() - now.keys())
+    from pypaimon.manifest.manifest_file_manager import ManifestFileManager
+    from pypaimon.manifest.manifest_list_manager import ManifestListManager
+    from pypaimon.utils.file_store_path_factory import canonical_data_file_path
+
+    lists, manifests = ManifestListManager(native), ManifestFileManager(native)
+    added: dict[tuple[Any, ...], str] = {}
+    gone = 0
+    for snapshot in between:
+        assert snapshot is not None
+        for manifest in lists.read_delta(snapshot):
+            for entry in manifests.read(manifest.file_name, file_size=manifest.file_size):
+                values = tuple(entry.partition.values) if entry.partition is not None else ()
+                key = (values, entry.bucket, entry.file.file_name)
+                if entry.kind == 0:  # ADD
+                    meta = entry.file
+                    path = (
+                        meta.physical_path()
+                        if meta.external_path
+                        else canonical_data_file_path(native, values, entry.bucket, meta.file_name)
+                    )
+                    added[key] = os.path.normpath(path)
+                elif added.pop(key, None) is None:  # DELETE of a file older than `after`
+                    gone += 1
+    return set(added.values()), gone
 
 
 def _fields_at(native: FileStoreTable, snapshot_id: int) -> list[Any]:

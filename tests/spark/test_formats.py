@@ -294,6 +294,58 @@ def test_iceberg_appends_merge_manifests_so_planning_stays_bounded(spark: SparkS
     assert ids(spark, catalog, merged.sequence_number or 0) == list(range(1, 24))
 
 
+def test_paimon_changes_read_only_the_snapshots_in_between(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pypaimon never merges manifests, so a full plan reads one more per commit ever made; a barrier's changes
+    come from the delta manifests of the snapshots in between, and say what comparing two full plans says."""
+    from spark_client.catalog import paimon
+
+    catalog = PaimonCatalog(tmp_path / "lake")
+    history = [catalog.append(spark, frame(spark, 1, 2), T), catalog.append(spark, frame(spark, 3), T)]
+    history.append(catalog.write(spark, frame(spark, 10), T, mode=OverwritePartitions(columns=("day",))))
+    history += [catalog.append(spark, frame(spark, i), T) for i in (11, 12)]
+    upserts = spark.createDataFrame(
+        [(12, "m12", 0, False), (1, None, 1, True)], "id long, name string, day long, gone boolean"
+    )
+    history.append(catalog.write(spark, upserts, T, mode=Merge(keys=("id",), delete_column="gone")))
+    history.append(catalog.append(spark, frame(spark, 13), T))
+    native = catalog.paimon_table(T)
+
+    def by_plans(after: int, until: int) -> tuple[set[str], int]:
+        now = paimon._current_files(catalog.paimon_table(T, snapshot_id=until), T)
+        before = paimon._current_files(catalog.paimon_table(T, snapshot_id=after), T)
+        return set(now.keys() - before.keys()), len(before.keys() - now.keys())
+
+    pairs = [(a, b) for a in history for b in history if a <= b]
+    for after, until in pairs:  # appends, a partition overwrite, a merge: the same answer both ways
+        assert paimon._added_between(native, T, after, until) == by_plans(after, until), (after, until)
+    monkeypatch.setattr(paimon, "DELTA_SNAPSHOTS", 1)  # a long range compares the full plans
+    for after, until in pairs:
+        assert paimon._added_between(native, T, after, until) == by_plans(after, until), (after, until)
+    monkeypatch.undo()
+
+    # Only the snapshots in between are read: hide every manifest older than them and the changes still read.
+    recent = [catalog.append(spark, frame(spark, i), T) for i in (20, 21)]
+    from pypaimon.manifest.manifest_list_manager import ManifestListManager
+
+    manager = catalog.paimon_table(T).snapshot_manager()
+    fresh = {m.file_name for s in recent for m in ManifestListManager(native).read_delta(manager.get_snapshot_by_id(s))}
+    manifest_dir = Path(catalog.location(T)) / "manifest"
+    hidden = tmp_path / "hidden"
+    hidden.mkdir()
+    for path in manifest_dir.glob("manifest-*"):
+        if path.name.startswith("manifest-list-") or path.name in fresh:
+            continue
+        path.rename(hidden / path.name)
+    changed = catalog.read_changes(spark, T, after_snapshot_id=history[-1], snapshot_id=recent[-1])
+    assert sorted(r["id"] for r in changed.collect()) == [20, 21]
+    with pytest.raises(
+        FileNotFoundError, match="manifest"
+    ):  # a full plan of the same snapshot needs the hidden manifests
+        catalog.read_at(spark, T, recent[-1])
+
+
 def test_iceberg_catalog_on_the_test_postgresql(spark: SparkSession, tmp_path: Path, iceberg_pg_url: str) -> None:
     with IcebergCatalog(tmp_path / "lake", uri=iceberg_pg_url) as catalog:
         tagged = catalog.write(spark, frame(spark, 1, 2), T, mode="append", app_id="enrich", barrier=11)
