@@ -11,8 +11,9 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -372,6 +373,32 @@ def test_two_jobs_racing_on_a_new_root_snapshot_share_one_barrier(cluster: Clust
         assert holding["snapshot_id"] == snapshot and holding["first_barrier"] == barrier
 
 
+@dataclass
+class RowHold:
+    """A transaction holding a job's row (`blocker`), a monitor connection and threads for requests meanwhile."""
+
+    monitor: psycopg.Connection[Any]
+    blocker: psycopg.Connection[Any]
+    pool: ThreadPoolExecutor
+
+    def wait_for_waiters(self, count: int, *, what: str, unless: Callable[[], bool] = lambda: False) -> None:
+        """Until `count` server transactions wait for a lock (or `unless` holds): decided by PostgreSQL's own view."""
+        support.wait_until(lambda: unless() or lock_waiters(self.monitor) >= count, timeout=3, what=what)
+
+
+@contextmanager
+def holding_job_row(cluster: Cluster, job: str, *, threads: int) -> Iterator[RowHold]:
+    """Hold `job`'s row lock (FOR UPDATE, uncommitted) while the body sends requests: every step of the job plans
+    and then waits to write. The body ends the hold with `blocker.commit()` or `blocker.rollback()`."""
+    with (
+        psycopg.connect(cluster.url, autocommit=True) as monitor,
+        psycopg.connect(cluster.url) as blocker,
+        ThreadPoolExecutor(max_workers=threads) as pool,
+    ):
+        blocker.execute("SELECT 1 FROM jobs WHERE name = %s FOR UPDATE", (job,))
+        yield RowHold(monitor, blocker, pool)
+
+
 def lock_waiters(monitor: psycopg.Connection[Any]) -> int:
     """Server transactions on this database that wait for a lock right now."""
     row = monitor.execute(
@@ -398,19 +425,12 @@ def test_downstream_next_racing_its_upstream_writer_step_succeeds(cluster: Clust
         assert response.status_code == 200, response.text
     newer = cluster.post("/barriers").json()["barrier"]  # the root did not change: nothing to do for either job
 
-    with (
-        psycopg.connect(cluster.url, autocommit=True) as monitor,
-        psycopg.connect(cluster.url) as blocker,
-        ThreadPoolExecutor(max_workers=2) as pool,
-    ):
-        blocker.execute("SELECT 1 FROM jobs WHERE name = %s FOR UPDATE", ("up",))
-        up = pool.submit(cluster.post, "/jobs/up/barriers/next", {"root_snapshots": {ORDERS: 1}}, server=0)
-        support.wait_until(lambda: lock_waiters(monitor) >= 1, timeout=3, what="the writer's step to wait to write")
-        down = pool.submit(cluster.post, "/jobs/down/barriers/next", None, server=1)
-        support.wait_until(
-            lambda: down.done() or lock_waiters(monitor) >= 2, timeout=3, what="the downstream step to wait to write"
-        )
-        blocker.rollback()
+    with holding_job_row(cluster, "up", threads=2) as hold:
+        up = hold.pool.submit(cluster.post, "/jobs/up/barriers/next", {"root_snapshots": {ORDERS: 1}}, server=0)
+        hold.wait_for_waiters(1, what="the writer's step to wait to write")
+        down = hold.pool.submit(cluster.post, "/jobs/down/barriers/next", None, server=1)
+        hold.wait_for_waiters(2, what="the downstream step to wait to write", unless=down.done)
+        hold.blocker.rollback()
         responses = {"up": up.result(timeout=TIMEOUT), "down": down.result(timeout=TIMEOUT)}
 
     for job, response in responses.items():
@@ -436,20 +456,15 @@ def test_a_next_that_plans_again_seals_a_root_reported_while_it_waited(cluster: 
     the newer report goes in; the holder bumps the job's version, as a concurrent step of the job would.
     """
     register(cluster, "solo", sources=[ORDERS], sinks=[OUT])
-    with (
-        psycopg.connect(cluster.url, autocommit=True) as monitor,
-        psycopg.connect(cluster.url) as blocker,
-        ThreadPoolExecutor(max_workers=1) as pool,
-    ):
-        blocker.execute("SELECT 1 FROM jobs WHERE name = %s FOR UPDATE", ("solo",))
-        step = pool.submit(cluster.post, "/jobs/solo/barriers/next", {"root_snapshots": {ORDERS: 1}}, server=1)
-        support.wait_until(lambda: lock_waiters(monitor) >= 1, timeout=3, what="the job's step to wait to write")
+    with holding_job_row(cluster, "solo", threads=1) as hold:
+        step = hold.pool.submit(cluster.post, "/jobs/solo/barriers/next", {"root_snapshots": {ORDERS: 1}}, server=1)
+        hold.wait_for_waiters(1, what="the job's step to wait to write")
         (first,) = [b["barrier"] for b in cluster.get("/barriers")["barriers"]]  # sealed snapshot 1
 
         reported = cluster.post(f"/tables/{path(ORDERS)}/snapshots", {"snapshot_id": 2})
         assert reported.status_code == 200, reported.text
-        blocker.execute("UPDATE jobs SET version = version + 1 WHERE name = %s", ("solo",))
-        blocker.commit()
+        hold.blocker.execute("UPDATE jobs SET version = version + 1 WHERE name = %s", ("solo",))
+        hold.blocker.commit()
         response = step.result(timeout=TIMEOUT)
 
     assert response.status_code == 200, response.text
