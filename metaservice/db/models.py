@@ -99,8 +99,9 @@ class Table(Base):
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     name: Mapped[str] = mapped_column(Text, unique=True)
     sealable: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
-    # May need a seal (a report, a rollback or a leaving writer changed it since the last barrier): the seal reads
-    # only these (migration 2026-11-24-2200); every path that can make a root differ from its open range marks it.
+    # May need a seal (a report or a rollback changed it since the last barrier): the seal reads only these
+    # (migration 2026-11-24-2200); every path that can make a root differ from its open range marks it. A writer
+    # leaving marks nothing: the orphan stays unsealable until a report, which marks it.
     seal_candidate: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
     format: Mapped[str | None] = mapped_column(Text)
     location: Mapped[str | None] = mapped_column(Text)

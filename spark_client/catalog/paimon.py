@@ -118,11 +118,7 @@ class PaimonCatalog:
         native = self._open(table)
         if native is None:
             raise ValueError(f"{table!r} does not exist in {self!r}")
-        if snapshot_id is None:
-            return native
-        if native.snapshot_manager().get_snapshot_by_id(snapshot_id) is None:
-            raise ValueError(f"{table!r} has no snapshot {snapshot_id} (never committed, rolled back or expired)")
-        return native.copy({"scan.snapshot-id": str(snapshot_id)})
+        return native if snapshot_id is None else _travel(native, table, snapshot_id)
 
     def latest_snapshot(self, table: str) -> int | None:
         """The newest Paimon snapshot id of `table`; None when there is no table or no snapshot yet.
@@ -271,7 +267,7 @@ class PaimonCatalog:
             raise ValueError(f"after_snapshot_id {after_snapshot_id} is newer than snapshot_id {snapshot_id}")
         native = self.paimon_table(table)
         for wanted in (after_snapshot_id, snapshot_id):
-            self.paimon_table(table, snapshot_id=wanted)  # ValueError: no such snapshot
+            _travel(native, table, wanted)  # ValueError: no such snapshot
         added, gone = _added_between(native, table, after_snapshot_id, snapshot_id)
         if gone:
             raise NotAppendOnly(
@@ -561,6 +557,13 @@ def _tagged_snapshot(native: FileStoreTable, *, app_id: str, barrier: int) -> in
     return None
 
 
+def _travel(native: FileStoreTable, table: str, snapshot_id: int) -> FileStoreTable:
+    """The opened table as of `snapshot_id` (Paimon time travel: no second load); ValueError when it is gone."""
+    if native.snapshot_manager().get_snapshot_by_id(snapshot_id) is None:
+        raise ValueError(f"{table!r} has no snapshot {snapshot_id} (never committed, rolled back or expired)")
+    return native.copy({"scan.snapshot-id": str(snapshot_id)})
+
+
 def _files_suffice(native: FileStoreTable, table: str) -> None:
     """UnsupportedTable when the data files alone would mislead a reader (merge on read, deletion vectors)."""
     if native.is_primary_key_table:
@@ -595,8 +598,8 @@ def _added_between(native: FileStoreTable, table: str, after: int, until: int) -
         [manager.get_snapshot_by_id(i) for i in range(after + 1, until + 1)] if until - after <= DELTA_SNAPSHOTS else []
     )
     if until > after and (not between or any(s is None for s in between)):
-        now = _current_files(native.copy({"scan.snapshot-id": str(until)}), table)
-        before = _current_files(native.copy({"scan.snapshot-id": str(after)}), table)
+        now = _current_files(_travel(native, table, until), table)
+        before = _current_files(_travel(native, table, after), table)
         return set(now.keys() - before.keys()), len(before.keys() - now.keys())
     from pypaimon.manifest.manifest_file_manager import ManifestFileManager
     from pypaimon.manifest.manifest_list_manager import ManifestListManager
