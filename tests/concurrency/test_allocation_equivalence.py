@@ -1,0 +1,169 @@
+"""The set-based allocation function (migration 2026-11-25-0900) answers every batch as the request-by-request one
+(migration 2026-11-24-2200) did, and leaves the same tables, ranges and barriers behind.
+
+The previous function is installed in the session's temporary schema; hypothesis draws batches that mix every
+kind of request over a lineage with every state a report meets (roots with and without snapshots, a table a job
+writes, an orphan whose writer left, an unknown name, a job with a barrier in flight, a job reading the orphan, a
+retired job, an unknown job, keys issued before and keys repeated in the batch). Each function runs the batch in
+its own transaction, which is rolled back, so both start from the same state. Barrier values come from the clock,
+so barriers the call issued are compared by their order; everything else is compared as it is.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+from psycopg.types.json import Jsonb
+
+from metaservice.db.allocator import AllocationRequest
+
+_MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
+ROOTS = ("lake.raw.a", "lake.raw.b", "lake.raw.c", "lake.raw.d", "lake.raw.o")
+NAMES = (*ROOTS, "lake.mart.m", "lake.raw.nope")
+JOBS = ("reader", "keeper", "busy", "retired", "ghost")
+KEYS = ("k0", "k1", "k2")
+
+
+def _previous_function() -> str:
+    path = _MIGRATIONS / "2026-11-24-2200_seal_candidates.py"
+    spec = importlib.util.spec_from_file_location("seal_candidates", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    text = str(module.issue_barriers())
+    assert text.count("FUNCTION metaservice_issue_barriers(") == 1
+    return text.replace("FUNCTION metaservice_issue_barriers(", "FUNCTION pg_temp.previous_issue_barriers(")
+
+
+@pytest.fixture(name="lineage")
+def fx_lineage(api: httpx.Client, database_url: str) -> Iterator[tuple[psycopg.Connection[Any], dict[str, int]]]:
+    """The lineage every drawn batch meets; a connection with the previous function, and the tables' ids."""
+
+    def ok(response: httpx.Response) -> httpx.Response:
+        assert response.status_code < 300, response.text
+        return response
+
+    for name in ("a", "b"):
+        ok(api.post(f"/register/source/reader/lake/raw/{name}"))
+    ok(api.post("/register/source/busy/lake/raw/c"))
+    ok(api.post("/register/source/retired/lake/raw/d"))
+    ok(api.post("/unregister/retired"))
+    ok(api.post("/register/source/keeper/lake/raw/o"))
+    ok(api.post("/tables/lake/raw/o/snapshots", json={"snapshot_id": 5}))
+    ok(api.post("/register/sink/leaver/lake/raw/o"))  # the writer makes o unsealable ...
+    ok(api.delete("/register/sink/leaver/lake/raw/o"))  # ... and leaves it an orphan at snapshot 5
+    ok(api.post("/register/sink/writer/lake/mart/m"))
+    ok(api.post("/tables/lake/raw/a/snapshots", json={"snapshot_id": 5}))
+    ok(api.post("/barriers", headers={"Idempotency-Key": "k0"}))
+    busy = ok(api.post("/jobs/busy/barriers/next", json={"root_snapshots": {"lake.raw.c": 1}})).json()
+    assert busy["action"] == "process", busy  # busy has a barrier in flight from now on
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(_previous_function())
+        ids = dict(conn.execute("SELECT name, id FROM tables").fetchall())
+        clock = conn.execute("SELECT last_barrier FROM barrier_clock").fetchone()
+        assert clock is not None
+        ids["<clock>"] = clock[0]  # an `unless_after` no barrier followed yet
+        yield conn, ids
+
+
+def _state(conn: psycopg.Connection[Any], start: int) -> dict[str, Any]:
+    """What a call leaves behind, with the barriers it issued numbered in order."""
+    issued = [b for (b,) in conn.execute("SELECT barrier FROM barriers WHERE barrier > %s ORDER BY barrier", [start])]
+    order = {b: f"new{i}" for i, b in enumerate(issued)}
+
+    def barrier(value: int | None) -> int | str | None:
+        return order.get(value, value) if value is not None else None
+
+    tables = conn.execute(
+        "SELECT name, latest_snapshot_id, sealable, seal_candidate, latest_snapshot_at = now()"
+        "  FROM tables ORDER BY name"
+    ).fetchall()
+    rows = conn.execute("SELECT table_id, first_barrier, last_barrier, snapshot_id, kind FROM snapshot_ranges")
+    ranges = sorted(  # a seal inserts its ranges in no set order
+        ((table_id, barrier(first), barrier(last), snapshot, kind) for table_id, first, last, snapshot, kind in rows),
+        key=repr,
+    )
+    barriers = conn.execute(
+        "SELECT issued_by, request_key FROM barriers WHERE barrier > %s ORDER BY barrier", [start]
+    ).fetchall()
+    clock = conn.execute("SELECT last_barrier FROM barrier_clock").fetchone()
+    assert clock is not None
+    return {"tables": tables, "ranges": ranges, "barriers": barriers, "clock": barrier(clock[0]), "order": order}
+
+
+def _run(conn: psycopg.Connection[Any], function: str, batch: list[AllocationRequest]) -> dict[str, Any]:
+    with conn.transaction(force_rollback=True):
+        clock = conn.execute("SELECT last_barrier FROM barrier_clock").fetchone()
+        assert clock is not None
+        answers = conn.execute(f"SELECT {function}(%s)", [Jsonb([r.wire() for r in batch])]).fetchone()
+        assert answers is not None
+        state = _state(conn, clock[0])
+    order = state.pop("order")
+    for answer in answers[0]:
+        answer["barrier"] = order.get(answer["barrier"], answer["barrier"])
+        answer["issued_at"] = answer["issued_at"] is not None
+        answer["wait_seconds"] = answer["wait_seconds"] is not None
+    return {"answers": answers[0], **state}
+
+
+def _requests(ids: dict[str, int]) -> st.SearchStrategy[AllocationRequest]:
+    roots = st.dictionaries(st.sampled_from(NAMES), st.integers(min_value=3, max_value=7), max_size=3)
+    plain = st.builds(
+        AllocationRequest,
+        kind=st.sampled_from(["barrier", "seal", "report"]),
+        by=st.just("test"),
+        key=st.none() | st.sampled_from(KEYS),
+        roots=roots,
+        when_unsealed=st.lists(st.sampled_from([ids[n] for n in ROOTS]), max_size=2),
+        unless_after=st.none() | st.just(ids["<clock>"]),
+    )
+    job = st.builds(
+        AllocationRequest,
+        kind=st.just("seal"),
+        by=st.just("job"),
+        key=st.none() | st.sampled_from(KEYS),
+        roots=roots,
+        job=st.sampled_from(JOBS),
+    )
+    return plain | job
+
+
+def test_every_batch_is_answered_and_recorded_as_the_request_by_request_function_did(
+    lineage: tuple[psycopg.Connection[Any], dict[str, int]],
+) -> None:
+    conn, ids = lineage
+    drawn: list[int] = []
+
+    @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+    @given(batch=st.lists(_requests(ids), min_size=1, max_size=8))
+    # A job's report equal to the orphan's newest snapshot does not make it sealable, beside a lower report that
+    # touches the row.
+    @example(
+        batch=[
+            AllocationRequest("report", by="test", roots={"lake.raw.o": 3}),
+            AllocationRequest("seal", by="job", job="keeper", roots={"lake.raw.o": 5}),
+        ]
+    )
+    # A repeated `next` (its job has a barrier in flight) is accepted but does not claim its key for the batch.
+    @example(
+        batch=[
+            AllocationRequest("seal", by="job", job="busy", key="k1", roots={"lake.raw.c": 4}),
+            AllocationRequest("barrier", by="test", key="k1"),
+        ]
+    )
+    def check(batch: list[AllocationRequest]) -> None:
+        before = _run(conn, "pg_temp.previous_issue_barriers", batch)
+        after = _run(conn, "metaservice_issue_barriers", batch)
+        assert after == before
+        drawn.append(sum(1 for a in before["answers"] if a["error"] is None and a["barrier"] is not None))
+
+    check()
+    assert sum(drawn) > 0  # batches that issued barriers were among those compared
