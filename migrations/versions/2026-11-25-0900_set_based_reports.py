@@ -44,29 +44,19 @@ down_revision: str | None = "6e1f3a5b7c92"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-ISSUE_BARRIERS = r"""
-CREATE OR REPLACE FUNCTION metaservice_issue_barriers(p_requests jsonb) RETURNS jsonb
-LANGUAGE plpgsql VOLATILE AS $fn$
--- Serves a batch of requests (the server coalesces concurrent callers):
---   {"kind": "barrier" | "seal" | "report", "by": text, "key": text | null, "roots": {"<table>": snapshot},
---    "when_unsealed": [table ids], "unless_after": barrier | null, "min_interval": seconds, "job": name | null}
--- First every request is checked and its root snapshots are recorded, as if in request order (they only move
+# The previous revision's function (migration 2026-11-24-2200) with its comment's first part and its DECLARE and
+# phase 1 replaced (`_between`: from a marker that occurs once up to the next), and phase 2 taking the newest
+# snapshots from phase 1 (`patched`: each `old` occurs exactly once).
+_COMMENT = r"""-- First every request is checked and its root snapshots are recorded, as if in request order (they only move
 -- forward; an orphan becomes a root again when reported at or above its newest known snapshot). A request naming
 -- an unknown table or a table a job writes, and a replay of a key already issued (or carried by an earlier
 -- accepted request of the batch), records nothing. A seal request naming a `job` (the job's `next` reporting its
 -- roots) is also refused when the job is unknown or inactive or a reported table is not one of its current
 -- sources; it records only snapshots newer than the known ones, seals when any root the job reads has an unsealed
 -- snapshot (its `when_unsealed` are those roots), and does nothing at all while the job has a barrier in flight.
--- Then, in request order:
---   report:  answers the newest known snapshots;
---   barrier: issues a barrier sealing every root's newest snapshot; a key issued before answers that barrier
---            again (`replayed`) and changes nothing;
---   seal:    issues a barrier only when a table of `when_unsealed` has a snapshot no barrier sealed, or
---            `unless_after` is given and no barrier was issued after it; never within `min_interval` seconds of
---            the newest barrier (the answer then says how long to wait).
--- Answers, in request order: {"barrier", "issued_at", "replayed", "sealed", "wait_seconds", "latest", "error"}.
-#variable_conflict use_column
-DECLARE
+"""
+
+_DECLARE_AND_PHASE_1 = r"""DECLARE
     v_req jsonb;
     v_reqs jsonb[];
     v_ok boolean[];
@@ -197,115 +187,27 @@ BEGIN
           FROM unnest(v_latests) WITH ORDINALITY AS u(latest, i);
     END IF;
 
-    -- Phase 2: answer in order, issuing barriers.
-    FOR v_i IN 1 .. coalesce(array_length(v_reqs, 1), 0) LOOP
-        v_req := v_reqs[v_i];
-        v_kind := v_req ->> 'kind';
-        v_key := v_req ->> 'key';
-        v_barrier := NULL; v_at := NULL; v_sealed := '{}'::jsonb; v_wait := NULL; v_latest := v_latests[v_i];
-
-        IF NOT v_ok[v_i] THEN
-            v_out := v_out || jsonb_build_array(jsonb_build_object(
-                'barrier', NULL, 'issued_at', NULL, 'replayed', false, 'sealed', '{}'::jsonb, 'wait_seconds', NULL,
-                'latest', '{}'::jsonb, 'error', v_req -> 'error'));
-            CONTINUE;
-        END IF;
-
-        IF v_key IS NOT NULL THEN
-            SELECT b.barrier, b.issued_at INTO v_barrier, v_at FROM barriers b WHERE b.request_key = v_key;
-            IF FOUND THEN
-                v_out := v_out || jsonb_build_array(jsonb_build_object(
-                    'barrier', v_barrier, 'issued_at', v_at, 'replayed', true,
-                    'sealed', metaservice_sealed_by(v_barrier), 'wait_seconds', NULL, 'latest', '{}'::jsonb,
-                    'error', NULL));
-                CONTINUE;
-            END IF;
-        END IF;
-
-        IF v_kind = 'report' THEN
-            v_out := v_out || jsonb_build_array(jsonb_build_object(
-                'barrier', NULL, 'issued_at', NULL, 'replayed', false, 'sealed', '{}'::jsonb, 'wait_seconds', NULL,
-                'latest', v_latest, 'error', NULL));
-            CONTINUE;
-        END IF;
-
-        IF v_kind = 'seal' THEN
-            v_need := (v_req ->> 'unless_after' IS NOT NULL AND v_last <= (v_req ->> 'unless_after')::bigint)
-                OR EXISTS (
-                    SELECT 1 FROM tables t
-                      LEFT JOIN snapshot_ranges o ON o.table_id = t.id AND o.last_barrier IS NULL
-                     WHERE t.id IN (SELECT value::bigint
-                                      FROM jsonb_array_elements_text(coalesce(v_req -> 'when_unsealed', '[]')))
-                       AND t.sealable AND t.latest_snapshot_id IS NOT NULL
-                       AND NOT EXISTS (SELECT 1 FROM lineage_edges e
-                                        WHERE e.table_id = t.id AND e.role = 'sink' AND e.removed_at IS NULL)
-                       AND (o.id IS NULL OR o.snapshot_id IS DISTINCT FROM t.latest_snapshot_id));
-            IF NOT v_need THEN
-                v_out := v_out || jsonb_build_array(jsonb_build_object(
-                    'barrier', NULL, 'issued_at', NULL, 'replayed', false, 'sealed', '{}'::jsonb,
-                    'wait_seconds', NULL, 'latest', v_latest, 'error', NULL));
-                CONTINUE;
-            END IF;
-            IF coalesce((v_req ->> 'min_interval')::double precision, 0) > 0 THEN
-                SELECT b.issued_at INTO v_head_at FROM barriers b WHERE b.barrier = v_last;
-                IF v_head_at IS NOT NULL AND v_head_at + make_interval(secs => (v_req ->> 'min_interval')::float8)
-                                             > clock_timestamp() THEN
-                    v_wait := extract(epoch FROM v_head_at + make_interval(secs => (v_req ->> 'min_interval')::float8)
-                                                 - clock_timestamp())::float8;
-                    v_out := v_out || jsonb_build_array(jsonb_build_object(
-                        'barrier', NULL, 'issued_at', NULL, 'replayed', false, 'sealed', '{}'::jsonb,
-                        'wait_seconds', v_wait, 'latest', v_latest, 'error', NULL));
-                    CONTINUE;
-                END IF;
-            END IF;
-        END IF;
-
-        v_barrier := greatest(v_last + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
-        v_at := clock_timestamp();
-        INSERT INTO barriers (barrier, issued_at, issued_by, request_key)
-        VALUES (v_barrier, v_at, v_req ->> 'by', v_key);
-
-        -- Seal: every sealable root whose newest known snapshot differs from its open range gets a new open
-        -- range from this barrier; the previous open range ends at the barrier before it.
-        WITH changed AS (
-            SELECT t.id, t.name, t.latest_snapshot_id, o.id AS open_id
-              FROM tables t
-              LEFT JOIN snapshot_ranges o ON o.table_id = t.id AND o.last_barrier IS NULL
-             WHERE t.seal_candidate AND t.sealable AND t.latest_snapshot_id IS NOT NULL
-               AND NOT EXISTS (SELECT 1 FROM lineage_edges e
-                                WHERE e.table_id = t.id AND e.role = 'sink' AND e.removed_at IS NULL)
-               AND (o.id IS NULL OR o.snapshot_id IS DISTINCT FROM t.latest_snapshot_id)
-        ), closed AS (
-            UPDATE snapshot_ranges r SET last_barrier = v_last, updated_at = now()
-              FROM changed c WHERE r.id = c.open_id
-        ), opened AS (
-            INSERT INTO snapshot_ranges (table_id, first_barrier, last_barrier, snapshot_id, kind)
-            SELECT c.id, v_barrier, NULL, c.latest_snapshot_id, 'sealed' FROM changed c
-        )
-        SELECT coalesce(jsonb_object_agg(c.name, c.latest_snapshot_id), '{}'::jsonb) INTO v_sealed FROM changed c;
-        -- Every marked table now holds its newest snapshot in its open range, or needs no seal. A row another
-        -- transaction holds (a rollback marking its scope before it takes the clock) keeps its mark: waiting
-        -- for it here, after the clock, would lock in the wrong order.
-        UPDATE tables SET seal_candidate = false
-         WHERE id IN (SELECT id FROM tables WHERE seal_candidate ORDER BY id FOR UPDATE SKIP LOCKED);
-
-        v_last := v_barrier;
-        v_out := v_out || jsonb_build_array(jsonb_build_object(
-            'barrier', v_barrier, 'issued_at', v_at, 'replayed', false, 'sealed', v_sealed, 'wait_seconds', NULL,
-            'latest', v_latest, 'error', NULL));
-    END LOOP;
-
-    IF v_last <> v_start THEN
-        UPDATE barrier_clock SET last_barrier = v_last WHERE id = 1;
-    END IF;
-    RETURN v_out;
-END
-$fn$
 """
+
+_CHANGES = (
+    (
+        "v_wait := NULL; v_latest := '{}'::jsonb;\n",
+        "v_wait := NULL; v_latest := v_latests[v_i];\n",
+    ),
+    (
+        """        IF v_req -> 'roots' IS NOT NULL AND v_req -> 'roots' <> '{}'::jsonb THEN
+            SELECT coalesce(jsonb_object_agg(t.name, t.latest_snapshot_id), '{}'::jsonb) INTO v_latest
+              FROM tables t WHERE t.name IN (SELECT jsonb_object_keys(v_req -> 'roots'));
+        END IF;
+
+""",
+        "",
+    ),
+)
 
 
 def _previous() -> ModuleType:
-    """Migration 2026-11-24-2200, which defines the previous function."""
+    """Migration 2026-11-24-2200, which defines the previous function (and loads 2100's `load` and `patched`)."""
     path = Path(__file__).with_name("2026-11-24-2200_seal_candidates.py")  # migrations cannot import each other
     spec = importlib.util.spec_from_file_location("seal_candidates", path)
     assert spec is not None and spec.loader is not None
@@ -314,8 +216,23 @@ def _previous() -> ModuleType:
     return module
 
 
+def _between(text: str, start: str, end: str, new: str) -> str:
+    """`text` with the part from `start` up to (not including) the `end` after it replaced by `new`."""
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(end) < text.index(start):
+        raise RuntimeError(f"the previous function text changed; cannot replace from {start!r} to {end!r}")
+    return text[: text.index(start)] + new + text[text.index(end) :]
+
+
+def issue_barriers() -> str:
+    """This revision's `metaservice_issue_barriers`."""
+    previous = _previous()
+    text = _between(previous.issue_barriers(), "-- First", "-- Then, in request order:\n", _COMMENT)
+    text = _between(text, "DECLARE\n", "    -- Phase 2: answer in order, issuing barriers.\n", _DECLARE_AND_PHASE_1)
+    return str(previous._previous().patched(text, _CHANGES))
+
+
 def upgrade() -> None:
-    op.execute(ISSUE_BARRIERS)
+    op.execute(issue_barriers())
 
 
 def downgrade() -> None:

@@ -2,9 +2,10 @@
 (migration 2026-11-24-2200) did, and leaves the same tables, ranges and barriers behind.
 
 The previous function is installed in the session's temporary schema; hypothesis draws batches that mix every
-kind of request over a lineage with every state a report meets (roots with and without snapshots, a table a job
-writes, an orphan whose writer left, an unknown name, a job with a barrier in flight, a job reading the orphan, a
-retired job, an unknown job, keys issued before and keys repeated in the batch). Each function runs the batch in
+kind of request over a lineage with every state a report meets, the lineage's changes included: roots with and
+without snapshots, a table a job writes, a table handed to another writer, an orphan whose writer left, an unknown
+name, a job with a barrier in flight, a job reading the orphan, a job that dropped a source, a retired job, a
+revived one, an unknown job, keys issued before and keys repeated in the batch. Each function runs the batch in
 its own transaction, which is rolled back, so both start from the same state. Barrier values come from the clock,
 so barriers the call issued are compared by their order; everything else is compared as it is.
 """
@@ -12,6 +13,7 @@ so barriers the call issued are compared by their order; everything else is comp
 from __future__ import annotations
 
 import importlib.util
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,9 +28,9 @@ from psycopg.types.json import Jsonb
 from metaservice.db.allocator import AllocationRequest
 
 _MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
-ROOTS = ("lake.raw.a", "lake.raw.b", "lake.raw.c", "lake.raw.d", "lake.raw.o")
-NAMES = (*ROOTS, "lake.mart.m", "lake.raw.nope")
-JOBS = ("reader", "keeper", "busy", "retired", "ghost")
+ROOTS = ("lake.raw.a", "lake.raw.b", "lake.raw.c", "lake.raw.d", "lake.raw.e", "lake.raw.o")
+NAMES = (*ROOTS, "lake.mart.m", "lake.mart.h", "lake.raw.nope")
+JOBS = ("reader", "keeper", "busy", "retired", "revived", "ghost")
 KEYS = ("k0", "k1", "k2")
 
 
@@ -61,6 +63,14 @@ def fx_lineage(api: httpx.Client, database_url: str) -> Iterator[tuple[psycopg.C
     ok(api.post("/register/sink/leaver/lake/raw/o"))  # the writer makes o unsealable ...
     ok(api.delete("/register/sink/leaver/lake/raw/o"))  # ... and leaves it an orphan at snapshot 5
     ok(api.post("/register/sink/writer/lake/mart/m"))
+    ok(api.post("/register/source/reader/lake/raw/e"))
+    ok(api.delete("/register/source/reader/lake/raw/e"))  # reader no longer reads e
+    ok(api.post("/register/source/revived/lake/raw/b"))
+    ok(api.post("/unregister/revived"))
+    ok(api.post("/register/source/revived/lake/raw/d"))  # back, reading another root
+    ok(api.post("/register/sink/first/lake/mart/h"))
+    ok(api.delete("/register/sink/first/lake/mart/h"))
+    ok(api.post("/register/sink/second/lake/mart/h"))  # h handed over: a report names its new writer
     ok(api.post("/tables/lake/raw/a/snapshots", json={"snapshot_id": 5}))
     ok(api.post("/barriers", headers={"Idempotency-Key": "k0"}))
     busy = ok(api.post("/jobs/busy/barriers/next", json={"root_snapshots": {"lake.raw.c": 1}})).json()
@@ -152,6 +162,15 @@ def test_every_batch_is_answered_and_recorded_as_the_request_by_request_function
             AllocationRequest("seal", by="job", job="keeper", roots={"lake.raw.o": 5}),
         ]
     )
+    # The lineage's changes: a dropped source, a revived job, a retired one, a table handed to another writer.
+    @example(
+        batch=[
+            AllocationRequest("seal", by="job", job="reader", roots={"lake.raw.e": 4}),
+            AllocationRequest("seal", by="job", job="revived", roots={"lake.raw.d": 4}),
+            AllocationRequest("seal", by="job", job="retired", roots={"lake.raw.d": 5}),
+            AllocationRequest("report", by="test", roots={"lake.mart.h": 4}),
+        ]
+    )
     # A repeated `next` (its job has a barrier in flight) is accepted but does not claim its key for the batch.
     @example(
         batch=[
@@ -164,6 +183,12 @@ def test_every_batch_is_answered_and_recorded_as_the_request_by_request_function
         after = _run(conn, "metaservice_issue_barriers", batch)
         assert after == before
         drawn.append(sum(1 for a in before["answers"] if a["error"] is None and a["barrier"] is not None))
+        seen.update(json.dumps(a["error"], sort_keys=True) for a in before["answers"] if a["error"] is not None)
 
+    seen: set[str] = set()
     check()
     assert sum(drawn) > 0  # batches that issued barriers were among those compared
+    refusals = [json.loads(e) for e in seen]
+    assert {"code": "not_source", "job": "reader", "tables": ["lake.raw.e"]} in refusals
+    assert {"code": "not_root", "writers": {"lake.mart.h": "second"}} in refusals
+    assert {"code": "job_inactive", "job": "retired"} in refusals
