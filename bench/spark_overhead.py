@@ -229,8 +229,9 @@ def run(ctx: Context) -> Outcome:
             spark, client, lake / "formats", outcome, sizes=sizes, repetitions=format_repetitions
         )
     outcome.notes.append(
-        "Paimon's files are written by pypaimon inside Spark tasks (mapInArrow): rows cross from the JVM to "
-        "Python as Arrow batches and are encoded by pyarrow's parquet writer, not Spark's."
+        "Every format's files are written by Spark's parquet writer; the driver commits them. The Paimon row "
+        "'untagged append by pypaimon in Spark tasks' is the path for Paimon tables Spark cannot write alike "
+        "(partitioned, fixed buckets, value statistics): rows cross from the JVM to Python as Arrow batches."
     )
     outcome.figures = figures
     shutil.rmtree(lake, ignore_errors=True)

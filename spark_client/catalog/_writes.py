@@ -251,18 +251,23 @@ def microsecond_timestamps(spark: SparkSession) -> Iterator[None]:
 
 def written_files(staging: str) -> list[str]:
     """The non-empty parquet files Spark wrote into `staging`; checksums and empty files are removed."""
+    return list(written_row_counts(staging))
+
+
+def written_row_counts(staging: str) -> dict[str, int]:
+    """The non-empty parquet files Spark wrote into `staging` with their row counts (from the footers), in name
+    order; checksums, `_SUCCESS` and empty files are removed, and so is `staging` when nothing is left."""
     import pyarrow.parquet as pq
 
     if not os.path.isdir(staging):
-        return []
-    kept = []
+        return {}
+    kept = {}
     for entry in sorted(os.scandir(staging), key=lambda e: e.name):
-        if not entry.name.endswith(".parquet"):
-            os.remove(entry.path)  # .crc checksums, _SUCCESS: no table format uses them
-        elif pq.read_metadata(entry.path).num_rows == 0:
-            os.remove(entry.path)  # Spark writes one empty file for an empty DataFrame
+        rows = pq.read_metadata(entry.path).num_rows if entry.name.endswith(".parquet") else 0
+        if rows == 0:
+            os.remove(entry.path)  # .crc checksums, _SUCCESS, the one empty file Spark writes for no rows
         else:
-            kept.append(entry.path)
+            kept[entry.path] = rows
     if not kept:
         os.rmdir(staging)
     return kept

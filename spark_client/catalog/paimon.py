@@ -1,12 +1,15 @@
-"""Paimon tables written by Spark executors through `pypaimon` and committed by the driver.
+"""Paimon tables written by Spark and committed by the driver through `pypaimon`.
 
-No Paimon jars are needed in Spark. Paimon's data files carry metadata (statistics in Paimon's binary row
-format, levels, sequence numbers) that only a Paimon writer produces, so the executors write: each Spark task
-streams its rows as Arrow batches (`mapInArrow`) into a pypaimon table writer, which writes the data files
-under the table and returns Paimon *commit messages* (file metadata, a few hundred bytes per file). The driver
-collects those messages, never the rows, and commits them as one snapshot with Paimon's own exactly-once tag:
-**commit user = job id, commit identifier = barrier** (what Flink's Paimon sink uses for checkpoints). The
-executors need `pypaimon` and `spark_client` installed (on a cluster: in the executors' Python environment).
+No Paimon jars are needed in Spark. A Paimon append table's data files are plain parquet files; what Paimon
+adds (row counts, statistics, levels, sequence numbers) lives in its manifests. So for the tables this catalog
+creates (unpartitioned, bucket-unaware, parquet, no value statistics) **Spark's own parquet writer writes** the
+files into a staging directory, the driver moves them into `bucket-0/` under Paimon's file names and describes
+them exactly as pypaimon's writer would (row count from the footer, file size, empty statistics, sequence 0).
+For any other table (partitioned, fixed buckets, statistics, external paths, row tracking, …) the executors
+write instead: each Spark task streams its rows as Arrow batches (`mapInArrow`) into a pypaimon table writer,
+which returns Paimon *commit messages* (file metadata); the executors then need `pypaimon` and
+`spark_client`. Either way the driver commits one snapshot with Paimon's own exactly-once tag: **commit user =
+job id, commit identifier = barrier** (what Flink's Paimon sink uses for checkpoints).
 
 Snapshot ids are Paimon's (1, 2, 3, …). Rollback uses Paimon's `rollback_to` (later snapshots are deleted).
 """
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from spark_client import _failpoints
 from spark_client.catalog import _writes
+from spark_client.catalog._writes import NO_SUCCESS_MARKER
 from spark_client.catalog.base import CommitRecord, NotAppendOnly, UnsupportedTable
 from spark_client.modes import Append, ModeName, WriteMode
 
@@ -53,6 +57,11 @@ _TABLE_OPTIONS = {
     "snapshot.ignore-empty-commit": "false",  # every write is a snapshot, also an empty one (as in Delta)
 }
 
+
+# Spark writes a write's files into <table>/_staging/<write id>/; they move into bucket-0/ before the commit.
+_STAGING_DIR = "_staging"
+# Paimon's `file.compression` values that Spark's parquet writer writes as pyarrow does (others: pypaimon writes).
+_SPARK_CODECS = {"none": "none", "snappy": "snappy", "zstd": "zstd", "gzip": "gzip"}
 
 # `read_changes` reads the delta manifests of at most this many snapshots; a longer range compares full plans.
 DELTA_SNAPSHOTS = 64
@@ -209,10 +218,13 @@ class PaimonCatalog:
         write_id = uuid.uuid4().hex
         user = app_id if app_id is not None else f"metaservice-{write_id}"
         identifier = barrier if barrier is not None else _batch_identifier()
-        task = _write_task(native.table_path, user, identifier, _arrow_schema(schema))
         with _writes.microsecond_timestamps(spark):
-            collected = rewrite.data.mapInArrow(task, "messages binary").collect()
-        messages: list[CommitMessage] = [m for row in collected for m in pickle.loads(row[0])]
+            if (codec := _spark_codec(native)) is not None:
+                messages = _spark_write(native, rewrite.data, write_id, codec)
+            else:
+                task = _write_task(native.table_path, user, identifier, _arrow_schema(schema))
+                collected = rewrite.data.mapInArrow(task, "messages binary").collect()
+                messages = [m for row in collected for m in pickle.loads(row[0])]
         _failpoints.hit("after_files_written")
         messages.extend(_removals(files[path] for path in rewrite.removed))
         properties = _writes.commit_properties(write_id, app_id, barrier, metadata)
@@ -347,8 +359,8 @@ class PaimonCatalog:
         Protected: MetaService's oldest protected snapshot (in-flight job inputs, live leases, the strong
         version, the newest) and every Paimon consumer's next snapshot (e.g. a Flink streaming reader); the
         snapshots of tags keep their files. Data and manifest files no remaining snapshot references are
-        deleted; files no snapshot ever referenced (a write that died before its commit, or commits a
-        rollback removed) only when older than `min_orphan_age_seconds`.
+        deleted; files no snapshot ever referenced (a write that died before its commit, also files it left in
+        `_staging/`, or commits a rollback removed) only when older than `min_orphan_age_seconds`.
 
         Returns:
             The snapshot files, manifests and data files deleted (or that would be, with `dry_run`).
@@ -380,7 +392,12 @@ class PaimonCatalog:
         cutoff = time.time() - min_orphan_age_seconds
         doomed = [snapshots.get_snapshot_path(s.id) for s in expired]
         kinds = {"data-": (live_data, ever_data), "manifest-": (live_meta, ever_meta)}  # by file name prefix
+        staging = os.path.join(native.table_path, _STAGING_DIR, "")
         for path in _files_under(native.table_path):
+            if path.startswith(staging):  # a Spark write that died before its files moved into place
+                if os.stat(path).st_mtime < cutoff:
+                    doomed.append(path)
+                continue
             prefix = next((p for p in kinds if os.path.basename(path).startswith(p)), None)
             if prefix is None:
                 continue
@@ -476,6 +493,75 @@ def _batch_identifier() -> int:
     from pypaimon.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER
 
     return int(BATCH_COMMIT_IDENTIFIER)
+
+
+def _spark_codec(native: FileStoreTable) -> str | None:
+    """Spark's name for the table's parquet codec when Spark's own writer can write this table's data files,
+    else None (the executors write with pypaimon).
+
+    Spark's files are what pypaimon's writer produces only for plain append tables: one bucket-unaware
+    directory, parquet, no value statistics (`metadata.stats-mode` other than `full`: pypaimon then writes
+    none), no external paths, row tracking or data evolution (row ids, sidecar files), no variant shredding.
+    """
+    from pypaimon.table.bucket_mode import BucketMode
+
+    options = native.options
+    if (
+        native.partition_keys
+        or native.bucket_mode() != BucketMode.BUCKET_UNAWARE
+        or str(options.file_format("parquet")).lower() != "parquet"
+        or options.metadata_stats_enabled()
+        or options.data_file_external_paths()
+        or options.row_tracking_enabled(False)
+        or options.data_evolution_enabled(False)
+        or options.variant_shredding_schema()
+    ):
+        return None
+    return _SPARK_CODECS.get(str(options.file_compression("zstd")).lower())
+
+
+def _spark_write(native: FileStoreTable, data: DataFrame, write_id: str, codec: str) -> list[CommitMessage]:
+    """Spark writes `data` as parquet; the files move into `bucket-0/` as Paimon names them; one commit message
+    describes them the way pypaimon's append writer does (statistics empty, sequence numbers 0, level 0)."""
+    from pypaimon.common.options.core_options import CoreOptions
+    from pypaimon.manifest.schema.data_file_meta import DataFileMeta
+    from pypaimon.manifest.schema.simple_stats import SimpleStats
+    from pypaimon.table.row.generic_row import GenericRow
+    from pypaimon.utils.file_store_path_factory import canonical_data_file_path
+    from pypaimon.write.commit_message import CommitMessage
+
+    staging = os.path.join(native.table_path, _STAGING_DIR, write_id)
+    data.write.mode("errorifexists").option(NO_SUCCESS_MARKER, "false").option("compression", codec).parquet(staging)
+    prefix = CoreOptions.data_file_prefix(native.options)
+    metas = []
+    for path, rows in _writes.written_row_counts(staging).items():
+        name = f"{prefix}{uuid.uuid4()}-0.parquet"
+        target = canonical_data_file_path(native, (), 0, name)
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        os.rename(path, target)
+        metas.append(
+            DataFileMeta.create(
+                file_name=name,
+                file_size=os.path.getsize(target),
+                row_count=rows,
+                min_key=GenericRow([], []),
+                max_key=GenericRow([], []),
+                key_stats=SimpleStats.empty_stats(),
+                value_stats=SimpleStats.empty_stats(),
+                min_sequence_number=0,
+                max_sequence_number=0,
+                schema_id=native.table_schema.id,
+                level=0,
+                extra_files=[],
+                delete_row_count=0,
+                file_source=0,  # APPEND
+                value_stats_cols=[],
+                file_path=target,
+            )
+        )
+    if metas:
+        os.rmdir(staging)
+    return [CommitMessage(partition=(), bucket=0, new_files=metas, deleted_files=[])] if metas else []
 
 
 def _write_task(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import threading
 from collections.abc import Iterator
@@ -385,6 +386,89 @@ def test_paimon_commits_carry_the_job_as_commit_user_and_the_barrier_as_identifi
     assert "schema/schema-0" in table_files(catalog, T)  # an ordinary Paimon table any Paimon engine opens
 
 
+def _described(catalog: PaimonCatalog, table: str, snapshot: int) -> dict[str, object]:
+    """The one data file of `table` at `snapshot` as its manifest entry describes it (rows as bytes)."""
+    from pypaimon.manifest.schema.simple_stats import SimpleStats
+    from pypaimon.table.row.binary_row import BinaryRow
+    from pypaimon.table.row.generic_row import GenericRow, GenericRowSerializer
+
+    from spark_client.catalog import paimon
+
+    [file] = paimon._current_files(catalog.paimon_table(table, snapshot_id=snapshot), table).values()
+
+    def plain(value: object) -> object:
+        if isinstance(value, SimpleStats):
+            return (plain(value.min_values), plain(value.max_values), list(value.null_counts))
+        if isinstance(value, BinaryRow):
+            return value.data
+        return GenericRowSerializer.to_bytes(value) if isinstance(value, GenericRow) else value
+
+    fields = {f.name: plain(getattr(file.meta, f.name)) for f in dataclasses.fields(file.meta)}
+    return fields | {"partition": file.partition, "bucket": file.bucket}
+
+
+def _spark_wrote(path: object) -> bool:
+    import pyarrow.parquet as pq
+
+    return b"org.apache.spark.version" in (pq.read_metadata(str(path)).metadata or {})
+
+
+def test_paimon_files_are_written_by_spark_and_described_as_pypaimon_describes_its_own(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A plain append table's data files are plain parquet: Spark's writer writes them (no Python workers), and
+    the commit describes them exactly as pypaimon's own writer describes the files it writes (forced here for a
+    second table), so every Paimon reader plans them the same."""
+    from spark_client.catalog import paimon
+
+    catalog = PaimonCatalog(tmp_path / "lake")
+    data = frame(spark, 1, 2, 3).coalesce(1)
+    by_spark = catalog.append(spark, data, T)
+    other = "lake.raw.by_pypaimon"
+    catalog.append(spark, data.limit(0), other)
+    with monkeypatch.context() as patched:
+        patched.setattr(paimon, "_spark_codec", lambda _native: None)
+        by_pypaimon = catalog.append(spark, data, other)
+    spark_file, own_file = _described(catalog, T, by_spark), _described(catalog, other, by_pypaimon)
+    assert _spark_wrote(spark_file["file_path"]) and not _spark_wrote(own_file["file_path"])
+    differ = {"file_name", "file_size", "creation_time", "file_path"}
+    assert {k: v for k, v in spark_file.items() if k not in differ} == {
+        k: v for k, v in own_file.items() if k not in differ
+    }
+    path = str(spark_file["file_path"])
+    assert os.path.dirname(path) == os.path.join(catalog.location(T), "bucket-0")
+    assert os.path.basename(path) == spark_file["file_name"] and str(spark_file["file_name"]).startswith("data-")
+    assert spark_file["file_size"] == os.path.getsize(path) and spark_file["row_count"] == 3
+    assert own_reader(catalog, T, by_spark).sort_by("id") == own_reader(catalog, other, by_pypaimon).sort_by("id")
+    assert not os.listdir(os.path.join(catalog.location(T), "_staging"))  # every staged file moved into place
+
+
+def test_paimon_tables_spark_cannot_write_alike_are_written_by_pypaimon(spark: SparkSession, tmp_path: Path) -> None:
+    """Tables made elsewhere with statistics or partitions get pypaimon's files; another codec gets Spark's."""
+    import pyarrow.parquet as pq
+    from pypaimon import Schema
+
+    catalog = PaimonCatalog(tmp_path / "lake")
+    warehouse = catalog._warehouse("lake")
+    warehouse.create_database("raw", True)
+    arrow = pa.schema([("id", pa.int64()), ("name", pa.string()), ("day", pa.int64())])
+    plain = {"bucket": "-1", "file.format": "parquet"}
+    made = {
+        "stats": Schema.from_pyarrow_schema(arrow, options=plain | {"metadata.stats-mode": "full"}),
+        "parts": Schema.from_pyarrow_schema(arrow, partition_keys=["day"], options=plain),
+        "zstd": Schema.from_pyarrow_schema(arrow, options=plain | {"file.compression": "zstd"}),
+    }
+    for name, schema in made.items():
+        warehouse.create_table(f"raw.{name}", schema, False)
+        snapshot = catalog.append(spark, frame(spark, 1, 2, 3, 4), f"lake.raw.{name}")
+        assert sorted(own_reader(catalog, f"lake.raw.{name}", snapshot)["id"].to_pylist()) == [1, 2, 3, 4]
+        assert sorted(r["id"] for r in catalog.read_at(spark, f"lake.raw.{name}", snapshot).collect()) == [1, 2, 3, 4]
+        files = snapshot_files(catalog, f"lake.raw.{name}", snapshot)
+        assert [_spark_wrote(f) for f in files] == [name == "zstd"] * len(files), name
+    zstd = snapshot_files(catalog, "lake.raw.zstd", 1)[0]
+    assert pq.read_metadata(zstd).row_group(0).column(0).compression == "ZSTD"
+
+
 @pytest.fixture(name="client")
 def fx_client(server: ServerProcess, api: httpx.Client) -> Iterator[MetaServiceClient]:
     del api  # truncates the database after the test
@@ -441,6 +525,20 @@ def test_paimon_expiry_respects_consumers_and_the_service(
     assert ids(spark, catalog, snapshots[3]) == [3] and own_reader(catalog, T, snapshots[3])["id"].to_pylist() == [3]
     data = [f for f in table_files(catalog, T) if f.startswith("bucket-")]
     assert len(data) == 1  # every other data file was only referenced by expired snapshots
+
+
+def test_paimon_vacuum_removes_what_a_dead_spark_write_left_in_staging_once_it_is_old(
+    spark: SparkSession, tmp_path: Path, client: MetaServiceClient
+) -> None:
+    catalog = PaimonCatalog(tmp_path / "lake")
+    [snapshot] = overwrites(spark, catalog, client, 1)
+    left = os.path.join(catalog.location(T), "_staging", "a-dead-write")
+    frame(spark, 9).write.parquet(left)  # what a driver that died while Spark wrote leaves behind
+    leftovers = sorted(os.path.join(left, name) for name in os.listdir(left))
+    assert catalog.vacuum(T, client) == []  # younger than the orphan age: the write may still be running
+    assert catalog.vacuum(T, client, min_orphan_age_seconds=0) == leftovers
+    assert not any(os.path.exists(f) for f in leftovers)
+    assert ids(spark, catalog, snapshot) == [0] and own_reader(catalog, T, snapshot)["id"].to_pylist() == [0]
 
 
 def test_every_storable_type_reads_back_the_same_through_spark_and_the_own_reader(
