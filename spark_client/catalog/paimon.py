@@ -161,7 +161,8 @@ class PaimonCatalog:
         barrier: int | None = None,
         metadata: Mapping[str, str] | None = None,
     ) -> int:
-        """Apply `df` with `mode` as one Paimon snapshot: executors write data files, the driver commits.
+        """Apply `df` with `mode` as one Paimon snapshot: Spark writes the data files (through pypaimon in
+        its tasks for tables Spark's writer cannot write alike), the driver commits.
 
         `Append` adds files (an APPEND snapshot); `Overwrite` also removes every current file;
         `ReplaceWhere`, `OverwritePartitions` and `Merge` are copy-on-write: executors find and rewrite the
