@@ -503,6 +503,7 @@ def _spark_codec(native: FileStoreTable) -> str | None:
     Spark's files are what pypaimon's writer produces only for plain append tables: one bucket-unaware
     directory, parquet, no value statistics (`metadata.stats-mode` other than `full`: pypaimon then writes
     none), no external paths, row tracking or data evolution (row ids, sidecar files), no variant shredding.
+    (Changelog files need primary keys: such tables are refused before writing.)
     """
     from pypaimon.table.bucket_mode import BucketMode
 
@@ -537,7 +538,7 @@ def _spark_write(native: FileStoreTable, data: DataFrame, write_id: str, codec: 
     metas = []
     for path, rows in _writes.written_row_counts(staging).items():
         name = f"{prefix}{uuid.uuid4()}-0.parquet"
-        target = canonical_data_file_path(native, (), 0, name)
+        target = _writes.local_path(canonical_data_file_path(native, (), 0, name))
         os.makedirs(os.path.dirname(target), exist_ok=True)
         os.rename(path, target)
         metas.append(
