@@ -518,20 +518,26 @@ class IcebergCatalog:
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             ice = loaded if attempt == 1 and loaded is not None else self._open(table) or self._create(table, schema)
             tx = ice.transaction()
-            if _spark_schema(tx.table_metadata.schema()) != schema:
+            # `tx.table_metadata` deep-copies the whole metadata on every read (pyiceberg): read it once, after
+            # the schema change. The properties set below (name mapping, manifest merging) change nothing the
+            # rest reads (schema, spec, snapshots, the statistics' metrics properties).
+            metadata = ice.metadata
+            if _spark_schema(metadata.schema()) != schema:
                 _evolve(tx, schema, replace=mode.schema == "overwrite")
-            if tx.table_metadata.name_mapping() is None or mode.schema != "strict":
-                mapping = tx.table_metadata.schema().name_mapping.model_dump_json()
+                metadata = tx.table_metadata
+            if metadata.name_mapping() is None or mode.schema != "strict":
+                mapping = metadata.schema().name_mapping.model_dump_json()
                 tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
-            if isinstance(mode, Overwrite) and (current := tx.table_metadata.current_snapshot()) is not None:
+            current = metadata.current_snapshot()
+            if isinstance(mode, Overwrite) and current is not None:
                 removed = {f.file_path for f in _data_files(ice, current, table)}
-            datafiles = [parquet_file_to_data_file(ice.io, tx.table_metadata, path) for path in added]
+            datafiles = [parquet_file_to_data_file(ice.io, metadata, path) for path in added]
             current_files = {}
-            if removed and (current := tx.table_metadata.current_snapshot()) is not None:
+            if removed and current is not None:
                 current_files = {f.file_path: f for f in _data_files(ice, current, table)}
             if missing := removed - current_files.keys():
                 raise RuntimeError(f"{table!r} changed while writing: {len(missing)} file(s) to replace are gone")
-            if not removed and _MERGE_MANIFESTS not in tx.table_metadata.properties:
+            if not removed and _MERGE_MANIFESTS not in metadata.properties:
                 # Iceberg's default, made explicit: pyiceberg's merge append reads an absent property as off
                 tx.set_properties({_MERGE_MANIFESTS: "true"})
             update = tx.update_snapshot(snapshot_properties=properties)
