@@ -529,12 +529,12 @@ class IcebergCatalog:
                 mapping = metadata.schema().name_mapping.model_dump_json()
                 tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
             current = metadata.current_snapshot()
-            if isinstance(mode, Overwrite) and current is not None:
-                removed = {f.file_path for f in _data_files(ice, current, table)}
-            datafiles = [parquet_file_to_data_file(ice.io, metadata, path) for path in added]
             current_files = {}
-            if removed and current is not None:
+            if current is not None and (removed or isinstance(mode, Overwrite)):  # one plan of the snapshot
                 current_files = {f.file_path: f for f in _data_files(ice, current, table)}
+            if isinstance(mode, Overwrite) and current is not None:
+                removed = set(current_files)
+            datafiles = [parquet_file_to_data_file(ice.io, metadata, path) for path in added]
             if missing := removed - current_files.keys():
                 raise RuntimeError(f"{table!r} changed while writing: {len(missing)} file(s) to replace are gone")
             if not removed and _MERGE_MANIFESTS not in metadata.properties:

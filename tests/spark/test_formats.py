@@ -444,7 +444,8 @@ def test_paimon_files_are_written_by_spark_and_described_as_pypaimon_describes_i
 
 
 def test_paimon_tables_spark_cannot_write_alike_are_written_by_pypaimon(spark: SparkSession, tmp_path: Path) -> None:
-    """Tables made elsewhere with statistics or partitions get pypaimon's files; another codec gets Spark's."""
+    """Tables made elsewhere with statistics, partitions or fixed buckets get pypaimon's files; another codec
+    gets Spark's."""
     import pyarrow.parquet as pq
     from pypaimon import Schema
 
@@ -456,6 +457,7 @@ def test_paimon_tables_spark_cannot_write_alike_are_written_by_pypaimon(spark: S
     made = {
         "stats": Schema.from_pyarrow_schema(arrow, options=plain | {"metadata.stats-mode": "full"}),
         "parts": Schema.from_pyarrow_schema(arrow, partition_keys=["day"], options=plain),
+        "buckets": Schema.from_pyarrow_schema(arrow, options=plain | {"bucket": "2", "bucket-key": "id"}),
         "zstd": Schema.from_pyarrow_schema(arrow, options=plain | {"file.compression": "zstd"}),
     }
     for name, schema in made.items():
