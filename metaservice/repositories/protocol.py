@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from psycopg.types.json import Jsonb
@@ -244,41 +245,52 @@ async def barrier_after(conn: Connection, world: World, *, barrier: int) -> None
     world.after[barrier] = row[0] if row else None
 
 
-_APPLY = f"""
+# The write is composed of the parts a plan needs (a `next` handing out a barrier inserts a run; a commit ends
+# ranges, adds ranges, finishes the run and raises the sinks' newest snapshot): every part of the statement locks
+# its table and indexes and starts its executor node on each run, even with nothing to write, so a statement
+# with only the parts in use costs PostgreSQL less (docs/design.md, Performance). At most 2^6 texts, each
+# prepared once per connection.
+_HEAD = """
     WITH expect AS (
-        SELECT * FROM jsonb_to_recordset(%(expect)s) AS x(id bigint, version bigint)
+        SELECT * FROM unnest(CAST(%(job_ids)s AS bigint[]), CAST(%(job_versions)s AS bigint[]),
+                             CAST(%(job_lasts)s AS bigint[])) AS x(id, version, last_barrier)
     ),
     locked AS (
-        SELECT j.id, j.version FROM jobs j WHERE j.id IN (SELECT id FROM expect) ORDER BY j.id FOR UPDATE
+        SELECT j.id, j.version FROM jobs j WHERE j.id = ANY(CAST(%(job_ids)s AS bigint[])) ORDER BY j.id FOR UPDATE
     ),
     ok AS (
-        SELECT count(*) = (SELECT count(*) FROM expect) AS ok
+        SELECT count(*) = cardinality(CAST(%(job_ids)s AS bigint[])) AS ok
           FROM locked JOIN expect USING (id) WHERE locked.version = expect.version
     ),
     bumped AS (
         UPDATE jobs j SET version = j.version + 1,
                           last_barrier = coalesce(x.last_barrier, j.last_barrier),
                           last_seen_at = now()
-          FROM jsonb_to_recordset(%(jobs)s) AS x(id bigint, last_barrier bigint)
+          FROM expect x
          WHERE j.id = x.id AND (SELECT ok FROM ok)
-    ),
+    )"""
+_PARTS = {
+    "range_ends": """
     range_ends AS (
         UPDATE snapshot_ranges r SET last_barrier = x.last, updated_at = now()
           FROM unnest(CAST(%(range_end_ids)s AS bigint[]), CAST(%(range_end_lasts)s AS bigint[])) AS x(id, last)
          WHERE r.id = x.id AND (SELECT ok FROM ok)
-    ),
+    )""",
+    "new_ranges": """
     new_ranges AS (
         INSERT INTO snapshot_ranges (table_id, first_barrier, last_barrier, snapshot_id, kind, job_id)
         SELECT x.table_id, x.first, x.last, x.snapshot_id, x.kind, x.job_id
           FROM jsonb_to_recordset(%(new_ranges)s)
                AS x(table_id bigint, first bigint, last bigint, snapshot_id bigint, kind text, job_id bigint)
          WHERE (SELECT ok FROM ok)
-    ),
+    )""",
+    "run_ends": """
     run_ends AS (
         UPDATE job_runs r SET barrier = x.barrier, finished_at = clock_timestamp()
           FROM unnest(CAST(%(run_end_ids)s AS bigint[]), CAST(%(run_end_barriers)s AS bigint[])) AS x(id, barrier)
          WHERE r.id = x.id AND (SELECT ok FROM ok)
-    ),
+    )""",
+    "finished": """
     finished AS (
         UPDATE job_runs r SET status = x.status, finished_at = clock_timestamp(),
                               outputs = coalesce(x.outputs, r.outputs), reason = coalesce(x.reason, r.reason)
@@ -286,11 +298,12 @@ _APPLY = f"""
                       CAST(%(finished_outputs)s AS jsonb[]), CAST(%(finished_reasons)s AS text[]))
                AS x(id, status, outputs, reason)
          WHERE r.id = x.id AND (SELECT ok FROM ok)
-    ),
+    )""",
+    "new_runs": """
     new_runs AS (
         INSERT INTO job_runs (job_id, first_barrier, barrier, status, inputs, outputs, reason, inputs_ready_at,
                               started_at, finished_at)
-        SELECT x.job_id, x.first, x.barrier, x.status, x.inputs, '{{}}'::jsonb, x.reason,
+        SELECT x.job_id, x.first, x.barrier, x.status, x.inputs, '{}'::jsonb, x.reason,
                CASE WHEN x.status = 'in_flight' THEN greatest(
                    (SELECT b.issued_at FROM barriers b WHERE b.barrier = x.barrier),
                    (SELECT max(CASE WHEN s.first_barrier = x.barrier THEN s.created_at ELSE s.updated_at END)
@@ -301,16 +314,24 @@ _APPLY = f"""
                AS x(job_id bigint, first bigint, barrier bigint, status text, inputs jsonb, reason text,
                     ready_ranges bigint[], ready_now boolean)
          WHERE (SELECT ok FROM ok)
-    ),
+    )""",
+    "latest": """
     latest AS (
         UPDATE tables t SET latest_snapshot_id = greatest(coalesce(t.latest_snapshot_id, -1), x.snapshot_id),
                             latest_snapshot_at = now()
           FROM unnest(CAST(%(latest_tables)s AS bigint[]), CAST(%(latest_snapshots)s AS bigint[]))
                AS x(table_id, snapshot_id)
          WHERE t.id = x.table_id AND (SELECT ok FROM ok)
-    )
-    SELECT ok, (SELECT count(*) FROM (SELECT {NOTIFY_CALL} WHERE ok AND %(notify)s) n) FROM ok
-"""
+    )""",
+}
+_TAIL = "\n    SELECT ok, false FROM ok"
+_TAIL_NOTIFYING = f"\n    SELECT ok, (SELECT count(*) FROM (SELECT {NOTIFY_CALL} WHERE ok) n) > 0 FROM ok"
+
+
+@cache
+def _apply_statement(parts: tuple[str, ...], notifying: bool) -> str:
+    """The write with only `parts` (names of `_PARTS`, in its order) after the version check."""
+    return ",".join([_HEAD, *(_PARTS[p] for p in parts)]) + (_TAIL_NOTIFYING if notifying else _TAIL)
 
 
 def may_complete_versions(writes: Writes) -> bool:
@@ -323,12 +344,19 @@ async def apply(conn: Connection, writes: Writes, *, notify: bool = True) -> boo
     changed meanwhile (nothing was written: plan again). With `notify`, the statement itself wakes
     freshness-bounded reads on commit (for a caller inside a larger transaction); the autocommit hot path passes
     False and tells `ChangeNotifier` once the statement returned (see db/listener.py)."""
-    params = {
-        "expect": Jsonb([{"id": j, "version": v} for j, v in sorted(writes.expect.items())]),
-        "jobs": Jsonb([{"id": j, "last_barrier": writes.job_lasts.get(j)} for j in sorted(writes.expect)]),
-        "range_end_ids": list(writes.range_ends),
-        "range_end_lasts": list(writes.range_ends.values()),
-        "new_ranges": Jsonb(
+    params: dict[str, Any] = {
+        "job_ids": sorted(writes.expect),
+        "job_versions": [writes.expect[j] for j in sorted(writes.expect)],
+        "job_lasts": [writes.job_lasts.get(j) for j in sorted(writes.expect)],
+    }
+    parts: list[str] = []
+    if writes.range_ends:
+        parts.append("range_ends")
+        params["range_end_ids"] = list(writes.range_ends)
+        params["range_end_lasts"] = list(writes.range_ends.values())
+    if writes.new_ranges:
+        parts.append("new_ranges")
+        params["new_ranges"] = Jsonb(
             [
                 {
                     "table_id": r.table_id,
@@ -340,14 +368,20 @@ async def apply(conn: Connection, writes: Writes, *, notify: bool = True) -> boo
                 }
                 for r in writes.new_ranges
             ]
-        ),
-        "run_end_ids": list(writes.run_ends),
-        "run_end_barriers": list(writes.run_ends.values()),
-        "finished_ids": [i for i, _, _, _ in writes.finished_runs],
-        "finished_statuses": [s for _, s, _, _ in writes.finished_runs],
-        "finished_outputs": [None if o is None else Jsonb(o) for _, _, o, _ in writes.finished_runs],
-        "finished_reasons": [r for _, _, _, r in writes.finished_runs],
-        "new_runs": Jsonb(
+        )
+    if writes.run_ends:
+        parts.append("run_ends")
+        params["run_end_ids"] = list(writes.run_ends)
+        params["run_end_barriers"] = list(writes.run_ends.values())
+    if writes.finished_runs:
+        parts.append("finished")
+        params["finished_ids"] = [i for i, _, _, _ in writes.finished_runs]
+        params["finished_statuses"] = [s for _, s, _, _ in writes.finished_runs]
+        params["finished_outputs"] = [None if o is None else Jsonb(o) for _, _, o, _ in writes.finished_runs]
+        params["finished_reasons"] = [r for _, _, _, r in writes.finished_runs]
+    if writes.new_runs:
+        parts.append("new_runs")
+        params["new_runs"] = Jsonb(
             [
                 {
                     "job_id": r.job_id,
@@ -361,12 +395,13 @@ async def apply(conn: Connection, writes: Writes, *, notify: bool = True) -> boo
                 }
                 for r in writes.new_runs
             ]
-        ),
-        "latest_tables": list(writes.latest),
-        "latest_snapshots": list(writes.latest.values()),
-        "notify": notify and may_complete_versions(writes),
-    }
-    row = await fetch_one(conn, _APPLY, params, prepare=True)
+        )
+    if writes.latest:
+        parts.append("latest")
+        params["latest_tables"] = list(writes.latest)
+        params["latest_snapshots"] = list(writes.latest.values())
+    statement = _apply_statement(tuple(parts), notify and may_complete_versions(writes))
+    row = await fetch_one(conn, statement, params, prepare=True)
     return bool(row and row[0])
 
 
