@@ -56,12 +56,22 @@ def _with_cpu(phase: Callable[[], T]) -> tuple[T, dict[str, float]]:
 
 JOBS = 100
 OPEN_LOOP_RATE = 100.0  # cycles per second
+CATALOG = 10_000  # idle jobs registered besides the cycle's in the catalog phase (a tenth under --quick)
 NEXT, COMMIT = "/jobs/{job_id}/barriers/next", "/jobs/{job_id}/barriers/{barrier}/commit"
 
 
 def cycle_args() -> list[str]:
     """wrk.lua arguments; snapshots start at the current time in ms, above those of any earlier phase."""
     return ["cycle", seed.JOB_PREFIX, seed.ROOT_PREFIX, seed.SINK_PREFIX, str(time.time_ns() // 1_000_000)]
+
+
+def measure_in_catalog(ctx: Context, *, database: str, idle: int) -> Phase:
+    """The cycle phase alone, on a fresh database where `idle` more jobs (each with a root and a sink) are
+    registered and never call: what the catalog's size costs each step."""
+    url = ctx.cluster.fresh_database(database)
+    seed.register_rows(url, [*seed.one_root_per_job(JOBS), *seed.idle_jobs(idle)])
+    with serving(url) as server:
+        return drive(ctx, server, database=database, connections=JOBS, threads=JOBS, path="/", script_args=cycle_args)
 
 
 def measure(
@@ -119,7 +129,9 @@ def run(ctx: Context) -> Outcome:
     )
     noop, cycle, fixed = measure(ctx, workers=1, database="bench_cycle", open_loop=True)
     assert fixed is not None
-    c, n = cycle.load, noop.load
+    idle = ctx.pick(CATALOG, CATALOG // 10)
+    in_catalog = measure_in_catalog(ctx, database="bench_cycle_catalog", idle=idle)
+    c, n, k = cycle.load, noop.load, in_catalog.load
     outcome.figures = {
         "noop": noop.as_json(),
         "cycle": cycle.as_json(),
@@ -128,12 +140,24 @@ def run(ctx: Context) -> Outcome:
         "open_loop_no_flush_wait": fixed.no_flush_wait.as_json(),
         "fsync_ms": [round(x, 3) for x in fixed.fsync_ms],
         "open_loop_cpu": {"durable": fixed.durable_cpu, "no_flush_wait": fixed.no_flush_cpu},
+        "in_catalog": {"idle_jobs": idle, **in_catalog.as_json()},
     }
     ratio = c.rps / n.rps
     outcome.row("next+commit req/s vs no-op", rps(c.rps), rps(n.rps), ratio, "≥ 0.20", ratio >= 0.20)
     outcome.row("cycles/s (one next + one commit)", f"{c.cycles / c.seconds:,.0f}/s", f"{c.waits} non-process answers")
     outcome.row("request p50", ms(c.p50_ms), f"no-op {ms(n.p50_ms)}")
     outcome.row("request p99", ms(c.p99_ms), f"no-op {ms(n.p99_ms)}", goal="≤ 150 ms", passed=c.p99_ms <= 150)
+    outcome.row(
+        f"next+commit req/s with {idle:,} more jobs registered (idle) vs the 100-job catalog",
+        rps(k.rps),
+        rps(c.rps),
+        k.rps / c.rps if c.rps else None,
+    )
+    server_ms, postgres_ms = (in_catalog.cpu_ms_per_request(g) for g in ("server", "postgres"))
+    outcome.notes.append(
+        f"The cycle with {idle:,} idle jobs registered besides: p99 {ms(k.p99_ms)}, CPU per request server "
+        f"{server_ms:.2f} ms, postgres {postgres_ms:.2f} ms."
+    )
     per_request = cycle.statements_per_request or 0.0
     outcome.row("SQL statements per request (pg_stat_statements)", f"{per_request:.2f}", f"{cycle.served} requests")
     for label, route, limit in (("next", NEXT, 4), ("commit", COMMIT, 3)):

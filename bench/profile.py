@@ -6,7 +6,8 @@ the cycle with wrk, and prints the statements by total execution time: calls, to
 how often and how long PostgreSQL planned them (0 plans: the prepared statement's cached generic plan served
 every call; nested statements of the allocation function included, so its parts show), with the CPU each process
 used.
-`--server-env NAME=VALUE` passes a setting to the server (say `METASERVICE_POOL_SIZE=60`).
+`--server-env NAME=VALUE` passes a setting to the server (say `METASERVICE_POOL_SIZE=60`). `--catalog N` registers
+N more jobs (each with its own root and sink) that never call: the same cycle over a large catalog.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="the jobs' roots never move: every job polls `next` reporting the snapshot it already reported",
     )
+    parser.add_argument("--catalog", type=int, default=0, help="idle jobs registered besides the cycle's")
     parser.add_argument(
         "--server-env", action="append", default=[], metavar="NAME=VALUE", help="a setting for the server (repeat)"
     )
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
     load.ensure_wrk()
     ctx = Context(cluster.start(), quick=False)
     url = ctx.cluster.fresh_database(DATABASE)
-    seed.register_rows(url, seed.one_root_per_job(JOBS))
+    seed.register_rows(url, [*seed.one_root_per_job(JOBS), *seed.idle_jobs(args.catalog)])
     with ctx.cluster.reloaded("pg_stat_statements.track_planning", "on"), serving(url, env=server_env) as server:
         target = f"{server.base_url}/"
         warmup = cycle_args()
