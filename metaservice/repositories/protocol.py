@@ -248,8 +248,9 @@ async def barrier_after(conn: Connection, world: World, *, barrier: int) -> None
 # The write is composed of the parts a plan needs (a `next` handing out a barrier inserts a run; a commit ends
 # ranges, adds ranges, finishes the run and raises the sinks' newest snapshot): every part of the statement locks
 # its table and indexes and starts its executor node on each run, even with nothing to write, so a statement
-# with only the parts in use costs PostgreSQL less (docs/design.md, Performance). At most 2^6 texts, each
-# prepared once per connection.
+# with only the parts in use costs PostgreSQL less (docs/design.md, Performance). The jobs come as typed arrays:
+# a generic plan expects 100 rows of a `jsonb_to_recordset` and hashed a scan of every job to join them. At most
+# 2^7 texts (six optional parts, with or without the notification), each prepared once per connection.
 _HEAD = """
     WITH expect AS (
         SELECT * FROM unnest(CAST(%(job_ids)s AS bigint[]), CAST(%(job_versions)s AS bigint[]),
