@@ -11,7 +11,7 @@ registrations and rollbacks all bump versions, so a plan made on a stale snapsho
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from functools import cache
 from typing import Any
 
@@ -280,9 +280,9 @@ _PARTS = {
     "new_ranges": """
     new_ranges AS (
         INSERT INTO snapshot_ranges (table_id, first_barrier, last_barrier, snapshot_id, kind, job_id)
-        SELECT x.table_id, x.first, x.last, x.snapshot_id, x.kind, x.job_id
+        SELECT x.table_id, x.first, x.last, x.snapshot, x.kind, x.job_id
           FROM jsonb_to_recordset(%(new_ranges)s)
-               AS x(table_id bigint, first bigint, last bigint, snapshot_id bigint, kind text, job_id bigint)
+               AS x(table_id bigint, first bigint, last bigint, snapshot bigint, kind text, job_id bigint)
          WHERE (SELECT ok FROM ok)
     )""",
     "run_ends": """
@@ -357,46 +357,19 @@ async def apply(conn: Connection, writes: Writes, *, notify: bool = True) -> boo
         params["range_end_lasts"] = list(writes.range_ends.values())
     if writes.new_ranges:
         parts.append("new_ranges")
-        params["new_ranges"] = Jsonb(
-            [
-                {
-                    "table_id": r.table_id,
-                    "first": r.first,
-                    "last": r.last,
-                    "snapshot_id": r.snapshot,
-                    "kind": r.kind,
-                    "job_id": r.job_id,
-                }
-                for r in writes.new_ranges
-            ]
-        )
+        params["new_ranges"] = Jsonb([asdict(r) for r in writes.new_ranges])  # the record names Range's fields
     if writes.run_ends:
         parts.append("run_ends")
         params["run_end_ids"] = list(writes.run_ends)
         params["run_end_barriers"] = list(writes.run_ends.values())
     if writes.finished_runs:
         parts.append("finished")
-        params["finished_ids"] = [i for i, _, _, _ in writes.finished_runs]
-        params["finished_statuses"] = [s for _, s, _, _ in writes.finished_runs]
-        params["finished_outputs"] = [None if o is None else Jsonb(o) for _, _, o, _ in writes.finished_runs]
-        params["finished_reasons"] = [r for _, _, _, r in writes.finished_runs]
+        ids, statuses, outputs, reasons = (list(column) for column in zip(*writes.finished_runs, strict=True))
+        params |= {"finished_ids": ids, "finished_statuses": statuses, "finished_reasons": reasons}
+        params["finished_outputs"] = [None if o is None else Jsonb(o) for o in outputs]
     if writes.new_runs:
         parts.append("new_runs")
-        params["new_runs"] = Jsonb(
-            [
-                {
-                    "job_id": r.job_id,
-                    "first": r.first,
-                    "barrier": r.barrier,
-                    "status": r.status,
-                    "inputs": r.inputs,
-                    "reason": r.reason,
-                    "ready_ranges": r.ready_ranges,
-                    "ready_now": r.ready_now,
-                }
-                for r in writes.new_runs
-            ]
-        )
+        params["new_runs"] = Jsonb([asdict(r) for r in writes.new_runs])  # the record names NewRun's fields
     if writes.latest:
         parts.append("latest")
         params["latest_tables"] = list(writes.latest)

@@ -44,7 +44,7 @@ def _plans_in_a_large_catalog(
     database_url: str, barrier: int, run: Callable[[psycopg.AsyncConnection[Any]], Awaitable[None]]
 ) -> list[str]:
     """The plans `auto_explain` logs while `run` runs on a connection like the server's, after EXTRA more jobs
-    (each with a source and a sink, the source's job in flight at `barrier`) were added; all rolled back."""
+    (each with a source and a sink, in flight at `barrier`) and EXTRA keyed barriers were added; all rolled back."""
 
     async def main() -> list[str]:
         options = "-c plan_cache_mode=force_generic_plan"
@@ -74,7 +74,11 @@ def _plans_in_a_large_catalog(
                    SELECT id, %s, %s, 'in_flight', '{}', '{}' FROM jobs WHERE name LIKE 'other%%'""",
                 [barrier, barrier],
             )
-            await conn.execute("ANALYZE jobs, tables, lineage_edges, job_runs")
+            await conn.execute(  # keyed barriers of POST /barriers calls long ago (below every barrier issued)
+                "INSERT INTO barriers (barrier, request_key) SELECT g, 'old-' || g FROM generate_series(1, %s) g",
+                [EXTRA],
+            )
+            await conn.execute("ANALYZE jobs, tables, lineage_edges, job_runs, barriers")
             await conn.execute("LOAD 'auto_explain'")
             await conn.execute("SET auto_explain.log_min_duration = 0")
             await conn.execute("SET auto_explain.log_nested_statements = on")
@@ -136,7 +140,7 @@ def test_the_allocation_probes_what_it_checks_by_key(api: httpx.Client, database
     statements = [p for p in plans if "Query Text" in p and "metaservice_issue_barriers" not in p.split("\n")[1]]
     assert len(statements) >= 5, "auto_explain logged the function's statements"
     for plan in statements:
-        assert not _full_scans(plan, ("jobs", "tables", "lineage_edges", "job_runs")), plan
+        assert not _full_scans(plan, ("jobs", "tables", "lineage_edges", "job_runs", "barriers")), plan
         # A scan of the runs in flight reads one job's, not every job's (a hash of all of them).
         for match in re.finditer(r"Scan using uq_job_runs_one_in_flight on job_runs \w+[^\n]*\n(?P<next>[^\n]*)", plan):
             assert "Index Cond" in match.group("next"), plan
