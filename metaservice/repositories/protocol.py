@@ -345,10 +345,11 @@ async def apply(conn: Connection, writes: Writes, *, notify: bool = True) -> boo
     changed meanwhile (nothing was written: plan again). With `notify`, the statement itself wakes
     freshness-bounded reads on commit (for a caller inside a larger transaction); the autocommit hot path passes
     False and tells `ChangeNotifier` once the statement returned (see db/listener.py)."""
+    jobs = sorted(writes.expect)  # locked in id order
     params: dict[str, Any] = {
-        "job_ids": sorted(writes.expect),
-        "job_versions": [writes.expect[j] for j in sorted(writes.expect)],
-        "job_lasts": [writes.job_lasts.get(j) for j in sorted(writes.expect)],
+        "job_ids": jobs,
+        "job_versions": [writes.expect[j] for j in jobs],
+        "job_lasts": [writes.job_lasts.get(j) for j in jobs],
     }
     parts: list[str] = []
     if writes.range_ends:
