@@ -38,6 +38,7 @@ class Database:
     def __init__(self, settings: Settings, *, application_name: str = "metaservice") -> None:
         from metaservice.db.allocator import Allocator
         from metaservice.db.listener import ChangeListener, ChangeNotifier
+        from metaservice.services.commit_hints import CommitHints
 
         self.settings = settings
         self.deadline = settings.transaction_deadline()
@@ -74,6 +75,7 @@ class Database:
         # Freshness-bounded reads wait on it; re-checks after a wake-up take at most a quarter of the pool.
         self.listener = ChangeListener(self, max_rechecks=max(1, settings.pool_size // 4))
         self.notifier = ChangeNotifier(self)
+        self.commit_hints = CommitHints()  # what each `next` that handed out a barrier leaves for its commit
         self._waiting = 0  # requests of this process waiting for a connection right now
         self._away = False  # a wait for a connection timed out while connection attempts failed: unreachable
         self._errors_at_success = 0  # the pool's failed connection attempts when a connection was last obtained

@@ -284,6 +284,7 @@ _PARTS = {
           FROM jsonb_to_recordset(%(new_ranges)s)
                AS x(table_id bigint, first bigint, last bigint, snapshot bigint, kind text, job_id bigint)
          WHERE (SELECT ok FROM ok)
+        RETURNING id, table_id, first_barrier
     )""",
     "run_ends": """
     run_ends AS (
@@ -315,6 +316,7 @@ _PARTS = {
                AS x(job_id bigint, first bigint, barrier bigint, status text, inputs jsonb, reason text,
                     ready_ranges bigint[], ready_now boolean)
          WHERE (SELECT ok FROM ok)
+        RETURNING id, job_id, first_barrier
     )""",
     "latest": """
     latest AS (
@@ -325,14 +327,23 @@ _PARTS = {
          WHERE t.id = x.table_id AND (SELECT ok FROM ok)
     )""",
 }
-_TAIL = "\n    SELECT ok, false FROM ok"
-_TAIL_NOTIFYING = f"\n    SELECT ok, (SELECT count(*) FROM (SELECT {NOTIFY_CALL} WHERE ok) n) > 0 FROM ok"
+# The tail answers whether the versions matched, whether it notified, and the ids of the rows it inserted, in the
+# order of their unique keys ((table, first barrier) for ranges, (job, first barrier) for runs).
+_NOTIFIED = f"(SELECT count(*) FROM (SELECT {NOTIFY_CALL} WHERE ok) n) > 0"
+_RANGE_IDS = "ARRAY(SELECT id FROM new_ranges ORDER BY table_id, first_barrier)"
+_RUN_IDS = "ARRAY(SELECT id FROM new_runs ORDER BY job_id, first_barrier)"
 
 
 @cache
 def _apply_statement(parts: tuple[str, ...], notifying: bool) -> str:
     """The write with only `parts` (names of `_PARTS`, in its order) after the version check."""
-    return ",".join([_HEAD, *(_PARTS[p] for p in parts)]) + (_TAIL_NOTIFYING if notifying else _TAIL)
+    answers = [
+        "ok",
+        _NOTIFIED if notifying else "false",
+        _RANGE_IDS if "new_ranges" in parts else "NULL::bigint[]",
+        _RUN_IDS if "new_runs" in parts else "NULL::bigint[]",
+    ]
+    return ",".join([_HEAD, *(_PARTS[p] for p in parts)]) + f"\n    SELECT {', '.join(answers)} FROM ok"
 
 
 def may_complete_versions(writes: Writes) -> bool:
@@ -377,7 +388,22 @@ async def apply(conn: Connection, writes: Writes, *, notify: bool = True) -> boo
         params["latest_snapshots"] = list(writes.latest.values())
     statement = _apply_statement(tuple(parts), notify and may_complete_versions(writes))
     row = await fetch_one(conn, statement, params, prepare=True)
-    return bool(row and row[0])
+    if not (row and row[0]):
+        return False
+    _name_inserted(writes, range_ids=row[2] or [], run_ids=row[3] or [])
+    return True
+
+
+def _name_inserted(writes: Writes, *, range_ids: Sequence[int], run_ids: Sequence[int]) -> None:
+    """Give the plan's new ranges and runs the ids the database gave their rows. The ranges are the ones the
+    plan's world holds (`TableView.newest` and `ranges`), so that world now names its rows as a fresh gather would
+    (services/commit_hints.py plans a commit from it)."""
+    ranges = sorted(writes.new_ranges, key=lambda r: (r.table_id, r.first))
+    runs = sorted(writes.new_runs, key=lambda r: (r.job_id, r.first))
+    for r, range_id in zip(ranges, range_ids, strict=True):
+        r.id = range_id
+    for run, run_id in zip(runs, run_ids, strict=True):
+        run.id = run_id
 
 
 _TOUCH = "UPDATE jobs SET last_seen_at = now() WHERE id = %(id)s"

@@ -22,6 +22,7 @@ from metaservice.errors import (
     Forbidden,
     InvalidRequest,
     JobInactive,
+    MetaServiceError,
     NotFound,
     NotInFlight,
     NotRoot,
@@ -39,6 +40,7 @@ from metaservice.schemas import (
     IssuedBarrier,
     SinkSnapshot,
 )
+from metaservice.services import commit_hints
 from metaservice.services.openlineage import outbox as openlineage
 from metaservice.services.planner import (
     Allocate,
@@ -50,6 +52,7 @@ from metaservice.services.planner import (
     Outcome,
     Planner,
     Process,
+    RunView,
     Wait,
 )
 from metaservice.services.tokens import ANONYMOUS_ADMIN, Principal
@@ -139,53 +142,35 @@ async def next_barrier(
                 outcome = Idle()  # a concurrent call issued the barrier and planned it, or the interval holds
         if not await _store(db, unit, g, planner):
             return None
+        db.commit_hints.keep(job_id, commit_hints.after_next(planner, job.id) if isinstance(outcome, Process) else None)
         return _decision(job_id, outcome, retry_after)
 
     return await _retrying(db, step, what=f"job {job_id!r}")
 
 
 async def commit_barrier(db: Database, *, job_id: str, barrier: int, snapshots: Mapping[str, int]) -> CommitResult:
-    """Record the job's output snapshots for `barrier`. Exactly once: a repeat with the same snapshots is a no-op."""
+    """Record the job's output snapshots for `barrier`. Exactly once: a repeat with the same snapshots is a no-op.
+
+    Right after the job's `next` on this process, the commit plans on what that `next` stored and writes in one
+    statement (services/commit_hints.py); when the write finds the job changed, or the plan would not succeed, it
+    gathers and plans again like any step.
+    """
+    hint = db.commit_hints.take(job_id, barrier)
 
     async def step(unit: Unit) -> CommitResult | None:
-        g = await protocol_rows.gather(unit.conn, name=job_id, barrier=barrier, windows=False)
-        job = _known(g, job_id)
-        run = g.run_at
-        if run is None or run.first != barrier or run.status == "idle":
-            raise NotInFlight(
-                f"barrier {barrier} is not in flight for job {job_id!r}: never handed out, or undone by a rollback",
-                job_id=job_id,
-                barrier=barrier,
-            )
-        if run.status == "aborted":
-            raise NotInFlight(
-                f"barrier {barrier} was aborted for job {job_id!r} ({run.reason or 'no reason given'})",
-                job_id=job_id,
-                barrier=barrier,
-                reason=run.reason,
-            )
-        if run.status == "committed":
-            if dict(run.outputs) == dict(snapshots):
-                return CommitResult(job_id=job_id, barrier=barrier, snapshots=dict(run.outputs))
-            raise SnapshotConflict(
-                f"barrier {barrier} of job {job_id!r} was committed with other snapshots",
-                job_id=job_id,
-                barrier=barrier,
-                committed=dict(run.outputs),
-            )
-        sinks = [g.world.tables[t] for t in job.sinks]
-        _check_sinks(job_id, [t.name for t in sinks], snapshots)
-        for sink in sinks:
-            newest = sink.last_output[0] if sink.last_output else None
-            if newest is not None and snapshots[sink.name] < newest:
-                raise SnapshotRegressed(
-                    f"snapshot {snapshots[sink.name]} of {sink.name!r} is lower than {newest}, committed earlier",
-                    table=sink.name,
-                    snapshot_id=snapshots[sink.name],
-                    previous_snapshot_id=newest,
-                )
-        planner = Planner(g.world)
-        planner.commit(job.id, barrier, snapshots, run)
+        nonlocal hint
+        if hint is not None:
+            held, hint = hint.gathered(), None
+            try:
+                planned = _planned_commit(held, job_id, barrier, snapshots)
+            except MetaServiceError:
+                return None  # answered from a fresh gather, never from held state
+        else:
+            g = await protocol_rows.gather(unit.conn, name=job_id, barrier=barrier, windows=False)
+            planned = _planned_commit(g, job_id, barrier, snapshots)
+        if isinstance(planned, CommitResult):
+            return planned
+        g, run, planner = planned
         if not await _store(db, unit, g, planner):
             return None
         openlineage.run_committed(job_id, run, snapshots)
@@ -194,8 +179,53 @@ async def commit_barrier(db: Database, *, job_id: str, barrier: int, snapshots: 
     return await _retrying(db, step, what=f"job {job_id!r}")
 
 
+def _planned_commit(
+    g: Gathered, job_id: str, barrier: int, snapshots: Mapping[str, int]
+) -> CommitResult | tuple[Gathered, RunView, Planner]:
+    """The commit's plan on `g`, or the answer to a repeated commit; 4xx when the commit cannot be recorded."""
+    job = _known(g, job_id)
+    run = g.run_at
+    if run is None or run.first != barrier or run.status == "idle":
+        raise NotInFlight(
+            f"barrier {barrier} is not in flight for job {job_id!r}: never handed out, or undone by a rollback",
+            job_id=job_id,
+            barrier=barrier,
+        )
+    if run.status == "aborted":
+        raise NotInFlight(
+            f"barrier {barrier} was aborted for job {job_id!r} ({run.reason or 'no reason given'})",
+            job_id=job_id,
+            barrier=barrier,
+            reason=run.reason,
+        )
+    if run.status == "committed":
+        if dict(run.outputs) == dict(snapshots):
+            return CommitResult(job_id=job_id, barrier=barrier, snapshots=dict(run.outputs))
+        raise SnapshotConflict(
+            f"barrier {barrier} of job {job_id!r} was committed with other snapshots",
+            job_id=job_id,
+            barrier=barrier,
+            committed=dict(run.outputs),
+        )
+    sinks = [g.world.tables[t] for t in job.sinks]
+    _check_sinks(job_id, [t.name for t in sinks], snapshots)
+    for sink in sinks:
+        newest = sink.last_output[0] if sink.last_output else None
+        if newest is not None and snapshots[sink.name] < newest:
+            raise SnapshotRegressed(
+                f"snapshot {snapshots[sink.name]} of {sink.name!r} is lower than {newest}, committed earlier",
+                table=sink.name,
+                snapshot_id=snapshots[sink.name],
+                previous_snapshot_id=newest,
+            )
+    planner = Planner(g.world)
+    planner.commit(job.id, barrier, snapshots, run)
+    return g, run, planner
+
+
 async def abort_barrier(db: Database, *, job_id: str, barrier: int, reason: str | None) -> AbortResult:
     """Give up `barrier`: it never completes in the job's sinks and downstream jobs skip it. Idempotent."""
+    db.commit_hints.keep(job_id, None)  # a commit of it must not even try the state its `next` stored
 
     async def step(unit: Unit) -> AbortResult | None:
         g = await protocol_rows.gather(unit.conn, name=job_id, barrier=barrier, windows=False)

@@ -225,6 +225,7 @@ class NewRun:
     reason: str | None
     ready_ranges: list[int] = field(default_factory=list)  # stored input ranges the run's readiness comes from
     ready_now: bool = False  # an input range was written by this plan: inputs are ready now
+    id: int | None = None  # the row's id, once stored (repositories/protocol.apply)
 
 
 @dataclass
@@ -298,6 +299,11 @@ class Planner:
         self.writes.finished_runs.append((run.id, "aborted", None, reason))
         self._advance(job, run.barrier)
         job.in_flight = None
+
+    def barrier_after(self, barrier: int) -> int | None:
+        """The first barrier issued after `barrier`, as far as the world tells (None: it is the newest; NeedAfter:
+        the world does not hold it)."""
+        return self._after(barrier)
 
     # --- the walk -------------------------------------------------------------------------------------------------
 
