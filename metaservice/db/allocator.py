@@ -8,36 +8,26 @@ its own: a batch of seals shares one). At low load a request is sent at once
 (after one turn of the event loop, which lets requests that arrived together join); under load the batch grows
 with the load and the statement count per request falls below one.
 
-One dedicated connection per server process (never one of the request pool's, so a pool exhausted by waiting
-requests cannot starve the allocator). Several server processes each run their own allocator; the clock row lock
-orders them. The call runs under the database deadline; a connection lost while a call was in flight answers
-every request of the batch with `OutcomeUnknown` (it may have committed), and the next batch reconnects.
+The batches are served by `db/coalescer.py` (as the protocol's gathers and writes are): one dedicated connection
+per server process, never one of the request pool's, so a pool exhausted by waiting requests cannot starve the
+allocator. Several server processes each run their own allocator; the clock row lock orders them. The call runs
+under the database deadline; a connection lost while a call was in flight answers every request of the batch
+with `OutcomeUnknown` (it may have committed), and the next batch reconnects.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
-import anyio
-import psycopg
 from psycopg.types.json import Jsonb
 
-from metaservice import failpoints
-from metaservice.db import statements
-from metaservice.errors import MetaServiceError, OutcomeUnknown, Unavailable
+from metaservice.db.coalescer import Coalescer
 
 if TYPE_CHECKING:
     from metaservice.db.database import Connection, Database
-
-logger = logging.getLogger("metaservice.allocator")
-
-MAX_BATCH = 256
 # An allocation that issued a barrier (sealing root snapshots into new ranges) may make a newer consistent version
 # exist: once the call returned (autocommit: committed), freshness-bounded reads are told through the notifier,
 # off this connection (a NOTIFY in the call would take PostgreSQL's database-wide notify lock at every commit).
@@ -103,129 +93,35 @@ class Allocation:
         )
 
 
-_Pending = tuple[AllocationRequest, "asyncio.Future[Allocation]", "statements.Tally | None"]
-
-
 class Allocator:
-    """Queues allocation requests and serves them in batches on one dedicated connection."""
+    """Queues allocation requests and serves them in batches on one dedicated connection (db/coalescer.py)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
-        self._queue: list[_Pending] = []
-        self._wakeup: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._conn: Connection | None = None
-        self._last_used = 0.0
-        self.calls = 0  # batches sent (for tests and benchmarks)
-        self.served = 0  # requests answered
+        self._batches: Coalescer[AllocationRequest, Allocation] = Coalescer(
+            db, self._call, name="metaservice-allocator", writes=True, after=("barrier_allocated",), what="allocating"
+        )
+
+    @property
+    def calls(self) -> int:
+        """Batches sent (for tests and benchmarks)."""
+        return self._batches.calls
+
+    @property
+    def served(self) -> int:
+        return self._batches.served
 
     async def allocate(self, request: AllocationRequest) -> Allocation:
         """Queue `request` and wait for its answer (the caller's deadline bounds the wait)."""
-        future: asyncio.Future[Allocation] = asyncio.get_running_loop().create_future()
-        self._queue.append((request, future, statements.current()))
-        if self._task is None or self._task.done():
-            self._wakeup = asyncio.Event()
-            self._task = asyncio.create_task(self._serve(), name="metaservice-allocator")
-        assert self._wakeup is not None
-        self._wakeup.set()
-        return await future
+        return await self._batches.submit(request)
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with anyio.CancelScope(shield=True):
-                await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
-        for _, future, _ in self._queue:
-            if not future.done():
-                future.set_exception(Unavailable("the server is shutting down"))
-        self._queue.clear()
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
+        await self._batches.close()
 
-    async def _serve(self) -> None:
-        assert self._wakeup is not None
-        while True:
-            await self._wakeup.wait()
-            self._wakeup.clear()
-            await asyncio.sleep(0)  # requests arriving in the same turn of the loop join this batch
-            batch, self._queue = self._queue[:MAX_BATCH], self._queue[MAX_BATCH:]
-            if self._queue:
-                self._wakeup.set()
-            batch = [pending for pending in batch if not pending[1].done()]  # callers whose deadline passed
-            if batch:
-                await self._send(batch)
-
-    async def _send(self, batch: list[_Pending]) -> None:
-        sent = False
-        try:
-            with anyio.fail_after(self._db.deadline):
-                conn = await self._connection()
-                failpoints.hit("before_commit")
-                sent = True
-                cursor = await conn.execute(_CALL, [Jsonb([r.wire() for r, _, _ in batch])], prepare=True)
-                row = await cursor.fetchone()
-            failpoints.hit("barrier_allocated")
-            failpoints.hit("after_commit")
-        except BaseException as exc:  # every caller of the batch must hear about it, then the task goes on
-            await self._discard()
-            error = _error_for(exc, sent=sent)
-            for _, future, _ in batch:
-                if not future.done():
-                    future.set_exception(error)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return
-        self._last_used = time.monotonic()
-        self.calls += 1
+    async def _call(self, conn: Connection, batch: Sequence[AllocationRequest]) -> list[Allocation]:
+        cursor = await conn.execute(_CALL, [Jsonb([r.wire() for r in batch])], prepare=True)
+        row = await cursor.fetchone()
         answers = row[0] if row is not None else []
         if any(answer.get("barrier") is not None for answer in answers):
             self._db.notifier.changed()
-        for (_, future, tally), answer in zip(batch, answers, strict=True):
-            self.served += 1
-            if tally is not None:
-                tally.statements += 1 / len(batch)  # one statement served the whole batch
-            if not future.done():
-                future.set_result(Allocation.from_wire(answer))
-
-    async def _connection(self) -> Connection:
-        """The dedicated connection: (re)connected when needed, pinged after sitting idle."""
-        if self._conn is not None and not self._conn.closed:
-            if time.monotonic() - self._last_used < self._db.settings.idle_check_seconds:
-                return self._conn
-            try:
-                await self._conn.execute("")
-                return self._conn
-            except psycopg.Error:
-                await self._discard()
-        self._conn = await self._db.connect()
-        return self._conn
-
-    async def _discard(self) -> None:
-        if self._conn is not None:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(1):
-                await self._conn.close()
-            self._conn = None
-
-
-def _error_for(exc: BaseException, *, sent: bool) -> BaseException:
-    """The error every request of a failed batch gets: outcome unknown once the call may have committed; an
-    error that is not an outage (a bug) is passed on as it is, to become a logged 500."""
-    if isinstance(exc, MetaServiceError):
-        return exc
-    if isinstance(exc, psycopg.Error) and not isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
-        logger.error("barrier allocation failed: %r", exc)
-        return RuntimeError(f"barrier allocation failed: {exc!r}")
-    sqlstate = getattr(exc, "sqlstate", None)
-    answered = sqlstate is not None and not sqlstate.startswith(("08", "57P"))
-    if sent and not answered:
-        logger.warning("connection lost during a barrier allocation; outcome unknown: %r", exc)
-        return OutcomeUnknown(
-            f"the database connection was lost while allocating ({type(exc).__name__}): a barrier may or may not "
-            "have been issued. Repeating the call with the same Idempotency-Key is safe"
-        )
-    if isinstance(exc, TimeoutError | asyncio.CancelledError):
-        return Unavailable("the database did not answer the allocation in time")
-    logger.warning("barrier allocation failed: %r", exc)
-    return Unavailable(f"the database is unavailable: {type(exc).__name__}")
+        return [Allocation.from_wire(answer) for answer in answers]

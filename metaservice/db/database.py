@@ -37,8 +37,11 @@ class Database:
 
     def __init__(self, settings: Settings, *, application_name: str = "metaservice") -> None:
         from metaservice.db.allocator import Allocator
+        from metaservice.db.coalescer import Coalescer
         from metaservice.db.listener import ChangeListener, ChangeNotifier
+        from metaservice.repositories import protocol
         from metaservice.services.commit_hints import CommitHints
+        from metaservice.services.planner import Writes
 
         self.settings = settings
         self.deadline = settings.transaction_deadline()
@@ -72,6 +75,14 @@ class Database:
             reconnect_timeout=2.0,
         )
         self.allocator = Allocator(self)
+        # The barrier protocol's gathers and writes, each kind coalesced on its own connection (db/coalescer.py).
+        # Writes skip jobs another transaction holds locked ("locked": the step stores that plan alone, waiting).
+        self.gathers: Coalescer[protocol.GatherRequest, protocol.Gathered] = Coalescer(
+            self, protocol.gather_many, name="metaservice-gathers", writes=False
+        )
+        self.writes: Coalescer[Writes, protocol.Stored] = Coalescer(
+            self, protocol.apply_batch, name="metaservice-writes", writes=True, keys=lambda plan: plan.expect
+        )
         # Freshness-bounded reads wait on it; re-checks after a wake-up take at most a quarter of the pool.
         self.listener = ChangeListener(self, max_rechecks=max(1, settings.pool_size // 4))
         self.notifier = ChangeNotifier(self)
@@ -116,6 +127,8 @@ class Database:
         await self.listener.close()  # waiters answer before the pool goes
         await self.notifier.close()
         await self.allocator.close()
+        await self.gathers.close()
+        await self.writes.close()
         await self.pool.close(timeout=5)
 
     async def connect(self) -> Connection:

@@ -24,8 +24,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Literal, TypeVar
 
 import anyio
@@ -77,29 +76,55 @@ def _overloaded(db: Database) -> Overloaded:
     )
 
 
-@dataclass
 class Unit:
-    """One unit of work's connection, and whether a write was sent on it (503 or 504 when it is lost)."""
+    """One unit of work's connection, and whether a write was sent for it (503 or 504 when it is lost).
 
-    conn: Connection
-    sent_write: bool = False
+    The connection is taken from the pool when first asked for and given back when the unit ends: steps whose
+    statements go through the process's coalesced connections (db/coalescer.py) need none most of the time.
+    """
+
+    def __init__(self, db: Database, stack: AsyncExitStack) -> None:
+        self._db, self._stack = db, stack
+        self._conn: Connection | None = None
+        self.sent_write = False
+
+    @property
+    def conn(self) -> Connection:
+        """The unit's connection (units run with `connected=True` hold one from the start)."""
+        if self._conn is None:
+            raise RuntimeError("the unit holds no connection: await unit.connection()")
+        return self._conn
+
+    async def connection(self) -> Connection:
+        """The unit's connection, taken from the pool on first use."""
+        if self._conn is None:
+            self._conn = await self._stack.enter_async_context(self._db.connection())
+        return self._conn
+
+    def mark_sent(self) -> None:
+        """A write for this unit was sent (by a coalesced statement): from now on its outcome may be unknown."""
+        self.sent_write = True
 
     @asynccontextmanager
     async def writing(self) -> AsyncIterator[Connection]:
         """Mark the statements run inside as the unit's write (each commits on its own in autocommit)."""
+        conn = await self.connection()
         failpoints.hit("before_commit")
         self.sent_write = True
-        yield self.conn
+        yield conn
         failpoints.hit("after_commit")
 
 
-async def in_autocommit(db: Database, work: Callable[[Unit], Awaitable[T]]) -> T:
-    """Run `work` on one pooled autocommit connection under the deadline (see the module docstring)."""
+async def in_autocommit(db: Database, work: Callable[[Unit], Awaitable[T]], *, connected: bool = True) -> T:
+    """Run `work` on one pooled autocommit connection under the deadline (see the module docstring). Without
+    `connected` the connection is taken only when the work asks for one (`Unit.connection`)."""
     unit: Unit | None = None
     try:
         with anyio.fail_after(db.deadline):
-            async with db.connection() as conn:
-                unit = Unit(conn)
+            async with AsyncExitStack() as stack:
+                unit = Unit(db, stack)
+                if connected:
+                    await unit.connection()
                 return await work(unit)
     except TooManyRequests as exc:
         raise _overloaded(db) from exc

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from functools import cache
-from typing import Any
+from typing import Any, Literal
 
 from psycopg.types.json import Jsonb
 
@@ -47,11 +47,11 @@ _GATHER = f"""
                (SELECT {_RUN_JSON} FROM job_runs r WHERE r.job_id = j.id
                  ORDER BY r.first_barrier DESC LIMIT 1) AS last_run,
                (SELECT {_RUN_JSON} FROM job_runs r
-                 WHERE r.job_id = j.id AND r.first_barrier <= %(barrier)s AND r.barrier >= %(barrier)s
+                 WHERE r.job_id = j.id AND r.first_barrier <= j.at_barrier AND r.barrier >= j.at_barrier
                  ORDER BY r.first_barrier DESC LIMIT 1) AS run_at,
                coalesce((SELECT jsonb_agg(jsonb_build_array(e.table_id, e.role, t.name) ORDER BY t.name)
                            FROM edges e JOIN tables t ON t.id = e.table_id WHERE e.job_id = j.id), '[]') AS edges,
-               j.stale
+               j.stale, j.ord
           FROM jobs_in j
     ),
     table_rows AS (
@@ -79,23 +79,24 @@ _GATHER = f"""
                               ORDER BY r.first_barrier LIMIT 1) c ON true
     ),
     windows AS (
-        SELECT e.table_id, j.last_barrier AS from_barrier,
+        SELECT d.table_id, d.from_barrier,
                (SELECT jsonb_agg(jsonb_build_array(w.id, w.first_barrier, w.last_barrier, w.snapshot_id, w.kind,
                                                    w.job_id) ORDER BY w.first_barrier)
                   FROM (SELECT r.* FROM snapshot_ranges r
-                         WHERE r.table_id = e.table_id
-                           AND (r.last_barrier IS NULL OR r.last_barrier >= j.last_barrier)
+                         WHERE r.table_id = d.table_id
+                           AND (r.last_barrier IS NULL OR r.last_barrier >= d.from_barrier)
                          ORDER BY r.first_barrier LIMIT {WINDOW}) w) AS rows
-          FROM edges e JOIN jobs_in j ON j.id = e.job_id
-         WHERE e.role = 'source' AND j.last_barrier IS NOT NULL AND %(windows)s
+          FROM (SELECT DISTINCT e.table_id, j.last_barrier AS from_barrier
+                  FROM edges e JOIN jobs_in j ON j.id = e.job_id
+                 WHERE e.role = 'source' AND j.last_barrier IS NOT NULL AND j.windows) d
         UNION ALL
-        SELECT e.table_id, NULL,
+        SELECT d.table_id, NULL,
                (SELECT jsonb_agg(jsonb_build_array(w.id, w.first_barrier, w.last_barrier, w.snapshot_id, w.kind,
                                                    w.job_id) ORDER BY w.first_barrier)
-                  FROM (SELECT r.* FROM snapshot_ranges r WHERE r.table_id = e.table_id
+                  FROM (SELECT r.* FROM snapshot_ranges r WHERE r.table_id = d.table_id
                          ORDER BY r.first_barrier DESC LIMIT {WINDOW}) w) AS rows
-          FROM edges e JOIN jobs_in j ON j.id = e.job_id
-         WHERE e.role = 'source' AND j.last_barrier IS NULL AND %(windows)s
+          FROM (SELECT DISTINCT e.table_id FROM edges e JOIN jobs_in j ON j.id = e.job_id
+                 WHERE e.role = 'source' AND j.last_barrier IS NULL AND j.windows) d
     )
     SELECT (SELECT barrier FROM head),
            (SELECT max(b.barrier) FROM barriers b WHERE b.barrier < (SELECT barrier FROM head)),
@@ -104,13 +105,17 @@ _GATHER = f"""
            (SELECT coalesce(jsonb_agg(jsonb_build_array(w.table_id, w.from_barrier, w.rows)), '[]') FROM windows w)
 """
 
-_BY_NAME = _GATHER.format(
-    jobs="jobs_in AS (SELECT id, name, is_active, last_barrier, version, "
-    "last_seen_at < now() - interval '10 seconds' AS stale FROM jobs WHERE name = %(name)s)"
+# Jobs asked for by name, each with its own `barrier` (its run covering that barrier is answered too) and
+# `windows` flag, numbered in the order asked (`ord`): one statement serves a batch of steps (db/coalescer.py).
+_BY_NAMES = _GATHER.format(
+    jobs="jobs_in AS (SELECT j.id, j.name, j.is_active, j.last_barrier, j.version, "
+    "j.last_seen_at < now() - interval '10 seconds' AS stale, q.barrier AS at_barrier, q.windows, q.ord "
+    "FROM unnest(CAST(%(names)s AS text[]), CAST(%(barriers)s AS bigint[]), CAST(%(windows)s AS boolean[])) "
+    "WITH ORDINALITY AS q(name, barrier, windows, ord) JOIN jobs j ON j.name = q.name)"
 )
 _BY_IDS = _GATHER.format(
-    jobs="jobs_in AS (SELECT id, name, is_active, last_barrier, version, false AS stale FROM jobs "
-    "WHERE id = ANY(CAST(%(ids)s AS bigint[])))"
+    jobs="jobs_in AS (SELECT id, name, is_active, last_barrier, version, false AS stale, NULL::bigint AS at_barrier, "
+    "true AS windows, 0::bigint AS ord FROM jobs WHERE id = ANY(CAST(%(ids)s AS bigint[])))"
 )
 
 _RANGES_FROM = f"""
@@ -211,23 +216,49 @@ def _earliest_version(world: World, job_id: int, version: int) -> int:
     return min([version, *seen])
 
 
+@dataclass(frozen=True)
+class GatherRequest:
+    """One step's gather: the job called `name`, its run covering `barrier` (when given), and its inputs' windows
+    of ranges (left out by commit and abort, which do not walk)."""
+
+    name: str
+    barrier: int | None = None
+    windows: bool = True
+
+
 async def gather(conn: Connection, *, name: str, barrier: int | None = None, windows: bool = True) -> Gathered:
     """The planning state of the job called `name` and (with `barrier`) its run covering that barrier. Without
     `windows` the input ranges are left out (commit and abort do not walk)."""
-    params = {"name": name, "barrier": barrier, "windows": windows}
-    row = await fetch_one(conn, _BY_NAME, params, prepare=True)
+    [gathered] = await gather_many(conn, [GatherRequest(name, barrier, windows)])
+    return gathered
+
+
+async def gather_many(conn: Connection, requests: Sequence[GatherRequest]) -> list[Gathered]:
+    """`gather` for several steps in one statement (one snapshot): each answer holds its own job and the tables it
+    touches, exactly as a gather of that job alone would (plans change their world, so none is shared)."""
+    params = {
+        "names": [r.name for r in requests],
+        "barriers": [r.barrier for r in requests],
+        "windows": [r.windows for r in requests],
+    }
+    row = await fetch_one(conn, _BY_NAMES, params, prepare=True)
     assert row is not None
-    world = World(None, None, {}, {})
-    _merge(world, *row[:5])
-    jobs = row[2]
-    if not jobs:
-        return Gathered(world, None, None, False)
-    return Gathered(world, jobs[0]["id"], _run(jobs[0]["run_at"]), bool(jobs[0]["stale"]))
+    head, before_head, jobs, tables, windows = row[:5]
+    answers = [Gathered(World(head, before_head, {}, {}), None, None, False) for _ in requests]
+    by_id = {t["id"]: t for t in tables}
+    for j in jobs:
+        request = requests[j["ord"] - 1]
+        sources = {e[0] for e in j["edges"] if e[1] == "source"}
+        own_windows = [w for w in windows if w[0] in sources and w[1] == j["last"]] if request.windows else []
+        answer = answers[j["ord"] - 1]
+        _merge(answer.world, head, before_head, [j], [by_id[e[0]] for e in j["edges"]], own_windows)
+        answer.job_id, answer.run_at, answer.stale = j["id"], _run(j["run_at"]), bool(j["stale"])
+    return answers
 
 
 async def gather_jobs(conn: Connection, world: World, *, job_ids: Sequence[int]) -> None:
     """Add the planning state of `job_ids` (upstream writers a plan settles) to `world`."""
-    row = await fetch_one(conn, _BY_IDS, {"ids": list(job_ids), "barrier": None, "windows": True}, prepare=True)
+    row = await fetch_one(conn, _BY_IDS, {"ids": list(job_ids)}, prepare=True)
     assert row is not None
     _merge(world, *row[:5])
 
@@ -245,61 +276,73 @@ async def barrier_after(conn: Connection, world: World, *, barrier: int) -> None
     world.after[barrier] = row[0] if row else None
 
 
-# The write is composed of the parts a plan needs (a `next` handing out a barrier inserts a run; a commit ends
+# The write is composed of the parts its plans need (a `next` handing out a barrier inserts a run; a commit ends
 # ranges, adds ranges, finishes the run and raises the sinks' newest snapshot): every part of the statement locks
 # its table and indexes and starts its executor node on each run, even with nothing to write, so a statement
 # with only the parts in use costs PostgreSQL less (docs/design.md, Performance). The jobs come as typed arrays:
 # a generic plan expects 100 rows of a `jsonb_to_recordset` and hashed a scan of every job to join them. At most
-# 2^7 texts (six optional parts, with or without the notification), each prepared once per connection.
+# 2^8 texts (six optional parts, with or without the notification, waiting for locked jobs or skipping them),
+# each prepared once per connection.
+#
+# One statement stores several plans (a batch of steps, db/coalescer.py), each under its own compare-and-set:
+# every row carries the index of its plan, and a plan whose jobs changed (or, with SKIP LOCKED, are locked by
+# another transaction) writes nothing while the others are stored. Plans of one statement touch disjoint jobs.
 _HEAD = """
     WITH expect AS (
         SELECT * FROM unnest(CAST(%(job_ids)s AS bigint[]), CAST(%(job_versions)s AS bigint[]),
-                             CAST(%(job_lasts)s AS bigint[])) AS x(id, version, last_barrier)
+                             CAST(%(job_lasts)s AS bigint[]), CAST(%(job_plans)s AS int[]))
+               AS x(id, version, last_barrier, plan)
     ),
     locked AS (
-        SELECT j.id, j.version FROM jobs j WHERE j.id = ANY(CAST(%(job_ids)s AS bigint[])) ORDER BY j.id FOR UPDATE
+        SELECT j.id, j.version FROM jobs j WHERE j.id = ANY(CAST(%(job_ids)s AS bigint[]))
+         ORDER BY j.id FOR UPDATE{skip_locked}
     ),
-    ok AS (
-        SELECT count(*) = cardinality(CAST(%(job_ids)s AS bigint[])) AS ok
-          FROM locked JOIN expect USING (id) WHERE locked.version = expect.version
+    refused AS (
+        SELECT coalesce(array_agg(DISTINCT x.plan), '{{}}') AS plans,
+               coalesce(array_agg(DISTINCT x.plan) FILTER (WHERE l.id IS NULL), '{{}}') AS unlocked
+          FROM expect x LEFT JOIN locked l USING (id)
+         WHERE l.id IS NULL OR l.version <> x.version
     ),
     bumped AS (
         UPDATE jobs j SET version = j.version + 1,
                           last_barrier = coalesce(x.last_barrier, j.last_barrier),
                           last_seen_at = now()
           FROM expect x
-         WHERE j.id = x.id AND (SELECT ok FROM ok)
+         WHERE j.id = x.id AND x.plan <> ALL(CAST((SELECT plans FROM refused) AS int[]))
     )"""
 _PARTS = {
     "range_ends": """
     range_ends AS (
         UPDATE snapshot_ranges r SET last_barrier = x.last, updated_at = now()
-          FROM unnest(CAST(%(range_end_ids)s AS bigint[]), CAST(%(range_end_lasts)s AS bigint[])) AS x(id, last)
-         WHERE r.id = x.id AND (SELECT ok FROM ok)
+          FROM unnest(CAST(%(range_end_ids)s AS bigint[]), CAST(%(range_end_lasts)s AS bigint[]),
+                      CAST(%(range_end_plans)s AS int[])) AS x(id, last, plan)
+         WHERE r.id = x.id AND x.plan <> ALL(CAST((SELECT plans FROM refused) AS int[]))
     )""",
     "new_ranges": """
     new_ranges AS (
         INSERT INTO snapshot_ranges (table_id, first_barrier, last_barrier, snapshot_id, kind, job_id)
         SELECT x.table_id, x.first, x.last, x.snapshot, x.kind, x.job_id
           FROM jsonb_to_recordset(%(new_ranges)s)
-               AS x(table_id bigint, first bigint, last bigint, snapshot bigint, kind text, job_id bigint)
-         WHERE (SELECT ok FROM ok)
+               AS x(table_id bigint, first bigint, last bigint, snapshot bigint, kind text, job_id bigint, plan int)
+         WHERE x.plan <> ALL(CAST((SELECT plans FROM refused) AS int[]))
         RETURNING id, table_id, first_barrier
     )""",
     "run_ends": """
     run_ends AS (
         UPDATE job_runs r SET barrier = x.barrier, finished_at = clock_timestamp()
-          FROM unnest(CAST(%(run_end_ids)s AS bigint[]), CAST(%(run_end_barriers)s AS bigint[])) AS x(id, barrier)
-         WHERE r.id = x.id AND (SELECT ok FROM ok)
+          FROM unnest(CAST(%(run_end_ids)s AS bigint[]), CAST(%(run_end_barriers)s AS bigint[]),
+                      CAST(%(run_end_plans)s AS int[])) AS x(id, barrier, plan)
+         WHERE r.id = x.id AND x.plan <> ALL(CAST((SELECT plans FROM refused) AS int[]))
     )""",
     "finished": """
     finished AS (
         UPDATE job_runs r SET status = x.status, finished_at = clock_timestamp(),
                               outputs = coalesce(x.outputs, r.outputs), reason = coalesce(x.reason, r.reason)
           FROM unnest(CAST(%(finished_ids)s AS bigint[]), CAST(%(finished_statuses)s AS text[]),
-                      CAST(%(finished_outputs)s AS jsonb[]), CAST(%(finished_reasons)s AS text[]))
-               AS x(id, status, outputs, reason)
-         WHERE r.id = x.id AND (SELECT ok FROM ok)
+                      CAST(%(finished_outputs)s AS jsonb[]), CAST(%(finished_reasons)s AS text[]),
+                      CAST(%(finished_plans)s AS int[]))
+               AS x(id, status, outputs, reason, plan)
+         WHERE r.id = x.id AND x.plan <> ALL(CAST((SELECT plans FROM refused) AS int[]))
     )""",
     "new_runs": """
     new_runs AS (
@@ -314,36 +357,41 @@ _PARTS = {
                clock_timestamp(), CASE WHEN x.status <> 'in_flight' THEN clock_timestamp() END
           FROM jsonb_to_recordset(%(new_runs)s)
                AS x(job_id bigint, first bigint, barrier bigint, status text, inputs jsonb, reason text,
-                    ready_ranges bigint[], ready_now boolean)
-         WHERE (SELECT ok FROM ok)
+                    ready_ranges bigint[], ready_now boolean, plan int)
+         WHERE x.plan <> ALL(CAST((SELECT plans FROM refused) AS int[]))
         RETURNING id, job_id, first_barrier
     )""",
     "latest": """
     latest AS (
         UPDATE tables t SET latest_snapshot_id = greatest(coalesce(t.latest_snapshot_id, -1), x.snapshot_id),
                             latest_snapshot_at = now()
-          FROM unnest(CAST(%(latest_tables)s AS bigint[]), CAST(%(latest_snapshots)s AS bigint[]))
-               AS x(table_id, snapshot_id)
-         WHERE t.id = x.table_id AND (SELECT ok FROM ok)
+          FROM unnest(CAST(%(latest_tables)s AS bigint[]), CAST(%(latest_snapshots)s AS bigint[]),
+                      CAST(%(latest_plans)s AS int[])) AS x(table_id, snapshot_id, plan)
+         WHERE t.id = x.table_id AND x.plan <> ALL(CAST((SELECT plans FROM refused) AS int[]))
     )""",
 }
-# The tail answers whether the versions matched, whether it notified, and the ids of the rows it inserted, in the
-# order of their unique keys ((table, first barrier) for ranges, (job, first barrier) for runs).
-_NOTIFIED = f"(SELECT count(*) FROM (SELECT {NOTIFY_CALL} WHERE ok) n) > 0"
+# The tail answers which plans were refused (and which of those for a job another transaction held locked),
+# whether it notified, and the ids of the rows it inserted, in the order of their unique keys ((table, first
+# barrier) for ranges, (job, first barrier) for runs).
+_NOTIFIED = f"(SELECT count(*) FROM (SELECT {NOTIFY_CALL} WHERE cardinality(plans) < %(plan_count)s) n) > 0"
 _RANGE_IDS = "ARRAY(SELECT id FROM new_ranges ORDER BY table_id, first_barrier)"
 _RUN_IDS = "ARRAY(SELECT id FROM new_runs ORDER BY job_id, first_barrier)"
 
+Stored = Literal["stored", "changed", "locked"]
+
 
 @cache
-def _apply_statement(parts: tuple[str, ...], notifying: bool) -> str:
+def _apply_statement(parts: tuple[str, ...], notifying: bool, skip_locked: bool) -> str:
     """The write with only `parts` (names of `_PARTS`, in its order) after the version check."""
     answers = [
-        "ok",
+        "plans",
+        "unlocked",
         _NOTIFIED if notifying else "false",
         _RANGE_IDS if "new_ranges" in parts else "NULL::bigint[]",
         _RUN_IDS if "new_runs" in parts else "NULL::bigint[]",
     ]
-    return ",".join([_HEAD, *(_PARTS[p] for p in parts)]) + f"\n    SELECT {', '.join(answers)} FROM ok"
+    head = _HEAD.format(skip_locked=" SKIP LOCKED" if skip_locked else "")
+    return ",".join([head, *(_PARTS[p] for p in parts)]) + f"\n    SELECT {', '.join(answers)} FROM refused"
 
 
 def may_complete_versions(writes: Writes) -> bool:
@@ -356,50 +404,83 @@ async def apply(conn: Connection, writes: Writes, *, notify: bool = True) -> boo
     changed meanwhile (nothing was written: plan again). With `notify`, the statement itself wakes
     freshness-bounded reads on commit (for a caller inside a larger transaction); the autocommit hot path passes
     False and tells `ChangeNotifier` once the statement returned (see db/listener.py)."""
-    jobs = sorted(writes.expect)  # locked in id order
-    params: dict[str, Any] = {
-        "job_ids": jobs,
-        "job_versions": [writes.expect[j] for j in jobs],
-        "job_lasts": [writes.job_lasts.get(j) for j in jobs],
-    }
-    parts: list[str] = []
-    if writes.range_ends:
-        parts.append("range_ends")
-        params["range_end_ids"] = list(writes.range_ends)
-        params["range_end_lasts"] = list(writes.range_ends.values())
-    if writes.new_ranges:
-        parts.append("new_ranges")
-        params["new_ranges"] = Jsonb([asdict(r) for r in writes.new_ranges])  # the record names Range's fields
-    if writes.run_ends:
-        parts.append("run_ends")
-        params["run_end_ids"] = list(writes.run_ends)
-        params["run_end_barriers"] = list(writes.run_ends.values())
-    if writes.finished_runs:
-        parts.append("finished")
-        ids, statuses, outputs, reasons = (list(column) for column in zip(*writes.finished_runs, strict=True))
-        params |= {"finished_ids": ids, "finished_statuses": statuses, "finished_reasons": reasons}
-        params["finished_outputs"] = [None if o is None else Jsonb(o) for o in outputs]
-    if writes.new_runs:
-        parts.append("new_runs")
-        params["new_runs"] = Jsonb([asdict(r) for r in writes.new_runs])  # the record names NewRun's fields
-    if writes.latest:
-        parts.append("latest")
-        params["latest_tables"] = list(writes.latest)
-        params["latest_snapshots"] = list(writes.latest.values())
-    statement = _apply_statement(tuple(parts), notify and may_complete_versions(writes))
-    row = await fetch_one(conn, statement, params, prepare=True)
-    if not (row and row[0]):
-        return False
-    _name_inserted(writes, range_ids=row[2] or [], run_ids=row[3] or [])
-    return True
+    [stored] = await apply_many(conn, [writes], notify=notify)
+    return stored == "stored"
 
 
-def _name_inserted(writes: Writes, *, range_ids: Sequence[int], run_ids: Sequence[int]) -> None:
-    """Give the plan's new ranges and runs the ids the database gave their rows. The ranges are the ones the
-    plan's world holds (`TableView.newest` and `ranges`), so that world now names its rows as a fresh gather would
-    (services/commit_hints.py plans a commit from it)."""
-    ranges = sorted(writes.new_ranges, key=lambda r: (r.table_id, r.first))
-    runs = sorted(writes.new_runs, key=lambda r: (r.job_id, r.first))
+async def apply_many(
+    conn: Connection, plans: Sequence[Writes], *, notify: bool = False, skip_locked: bool = False
+) -> list[Stored]:
+    """Store several plans in one statement, each only if every job it touches still has the version it read.
+
+    Per plan: "stored"; "changed" (a job changed meanwhile: nothing of it was written, plan again); or, with
+    `skip_locked`, "locked" (another transaction holds one of its jobs: nothing written; store it alone, which
+    waits for the lock). So one contended job never makes a batch wait. The plans must touch disjoint jobs.
+    """
+    columns: dict[str, list[Any]] = {"job_ids": [], "job_versions": [], "job_lasts": [], "job_plans": []}
+
+    def add(**values: Any) -> None:
+        for name, value in values.items():
+            columns.setdefault(name, []).append(value)
+
+    new_ranges: list[dict[str, Any]] = []
+    new_runs: list[dict[str, Any]] = []
+    for i, w in enumerate(plans):
+        for j in sorted(w.expect):  # locked in id order
+            add(job_ids=j, job_versions=w.expect[j], job_lasts=w.job_lasts.get(j), job_plans=i)
+        for range_id, last in w.range_ends.items():
+            add(range_end_ids=range_id, range_end_lasts=last, range_end_plans=i)
+        new_ranges += [{**asdict(r), "plan": i} for r in w.new_ranges]  # the record names Range's fields
+        for run_id, barrier in w.run_ends.items():
+            add(run_end_ids=run_id, run_end_barriers=barrier, run_end_plans=i)
+        for run_id, status, outputs, reason in w.finished_runs:
+            add(finished_ids=run_id, finished_statuses=status, finished_reasons=reason, finished_plans=i)
+            add(finished_outputs=None if outputs is None else Jsonb(outputs))
+        new_runs += [{**asdict(r), "plan": i} for r in w.new_runs]  # the record names NewRun's fields
+        for table_id, snapshot in w.latest.items():
+            add(latest_tables=table_id, latest_snapshots=snapshot, latest_plans=i)
+    if len(set(columns["job_ids"])) != len(columns["job_ids"]):
+        raise ValueError("plans stored in one statement must touch disjoint jobs")
+    params: dict[str, Any] = {"plan_count": len(plans), **columns}
+    if new_ranges:
+        params["new_ranges"] = Jsonb(new_ranges)
+    if new_runs:
+        params["new_runs"] = Jsonb(new_runs)
+    parts = tuple(part for part, key in _PART_KEYS.items() if key in params)
+    notifying = notify and any(may_complete_versions(w) for w in plans)
+    row = await fetch_one(conn, _apply_statement(parts, notifying, skip_locked), params, prepare=True)
+    assert row is not None
+    refused, unlocked = set(row[0]), set(row[1])
+    answers: list[Stored] = [
+        "stored" if i not in refused else "locked" if skip_locked and i in unlocked else "changed"
+        for i in range(len(plans))
+    ]
+    _name_inserted([w for w, a in zip(plans, answers, strict=True) if a == "stored"], row[3] or [], row[4] or [])
+    return answers
+
+
+async def apply_batch(conn: Connection, plans: Sequence[Writes]) -> list[Stored]:
+    """`apply_many` for the coalesced writes of the hot path: plans whose jobs are locked are left to their step."""
+    return await apply_many(conn, plans, skip_locked=True)
+
+
+# The parameter whose presence tells that a plan of the statement needs the part (in the statement's order).
+_PART_KEYS = {
+    "range_ends": "range_end_ids",
+    "new_ranges": "new_ranges",
+    "run_ends": "run_end_ids",
+    "finished": "finished_ids",
+    "new_runs": "new_runs",
+    "latest": "latest_tables",
+}
+
+
+def _name_inserted(plans: Sequence[Writes], range_ids: Sequence[int], run_ids: Sequence[int]) -> None:
+    """Give the stored plans' new ranges and runs the ids the database gave their rows. The ranges are the ones
+    each plan's world holds (`TableView.newest` and `ranges`), so that world now names its rows as a fresh gather
+    would (services/commit_hints.py plans a commit from it)."""
+    ranges = sorted((r for w in plans for r in w.new_ranges), key=lambda r: (r.table_id, r.first))
+    runs = sorted((r for w in plans for r in w.new_runs), key=lambda r: (r.job_id, r.first))
     for r, range_id in zip(ranges, range_ids, strict=True):
         r.id = range_id
     for run, run_id in zip(runs, run_ids, strict=True):

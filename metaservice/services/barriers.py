@@ -1,10 +1,11 @@
 """The FLIP-276 barrier protocol: issue and seal barriers; next / commit / abort for jobs.
 
-Every step is read → decide → compare-and-set write, on one pooled autocommit connection: `repositories/protocol`
-gathers the job's state in one statement, `services/planner` decides, and one statement writes the outcome if no
-other step changed the job meanwhile (else the step is planned again). Barrier allocation goes through the
-process's coalescing allocator (`db/allocator.py`). Requests are validated before anything is written: an answer
-of 4xx means nothing changed (docs/design.md, rule 10).
+Every step is read → decide → compare-and-set write: `repositories/protocol` gathers the job's state in one
+statement, `services/planner` decides, and one statement writes the outcome if no other step changed the job
+meanwhile (else the step is planned again). Allocations, gathers and writes are each coalesced with the concurrent
+steps of other jobs into one statement on the process's own connection (`db/allocator.py`, `db/coalescer.py`); a
+step takes a pooled connection only for what it rarely needs. Requests are validated before anything is written:
+an answer of 4xx means nothing changed (docs/design.md, rule 10).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from metaservice.errors import (
     Unavailable,
 )
 from metaservice.repositories import protocol as protocol_rows
-from metaservice.repositories.protocol import Gathered
+from metaservice.repositories.protocol import Gathered, GatherRequest
 from metaservice.schemas import (
     AbortResult,
     BarrierDecision,
@@ -119,7 +120,7 @@ async def next_barrier(
     async def step(unit: Unit) -> BarrierDecision | None:
         nonlocal attempts
         attempts += 1
-        g = await protocol_rows.gather(unit.conn, name=job_id)
+        g = await db.gathers.submit(GatherRequest(job_id))
         job = _active(g, job_id)
         retry_after = reported_wait
         if job.in_flight is None and (attempts > 1 or not root_snapshots):  # else the report just sealed them
@@ -127,7 +128,7 @@ async def next_barrier(
             if any(g.world.tables[t].unsealed for t in roots):
                 request = AllocationRequest("seal", by=f"job:{job_id}", when_unsealed=roots, min_interval=min_interval)
                 retry_after = _wait(await _allocate(db, request)) or retry_after
-                g = await protocol_rows.gather(unit.conn, name=job_id)
+                g = await db.gathers.submit(GatherRequest(job_id))
                 job = _active(g, job_id)
         outcome, planner = await _plan(unit, g, job, start=start)
         if isinstance(outcome, Allocate):
@@ -135,7 +136,7 @@ async def next_barrier(
                 "seal", by=f"job:{job_id}", unless_after=outcome.unless_after, min_interval=min_interval
             )
             retry_after = _wait(await _allocate(db, request)) or retry_after
-            g = await protocol_rows.gather(unit.conn, name=job_id)
+            g = await db.gathers.submit(GatherRequest(job_id))
             job = _active(g, job_id)
             outcome, planner = await _plan(unit, g, job, start=start)
             if isinstance(outcome, Allocate):
@@ -166,7 +167,7 @@ async def commit_barrier(db: Database, *, job_id: str, barrier: int, snapshots: 
             except MetaServiceError:
                 return None  # answered from a fresh gather, never from held state
         else:
-            g = await protocol_rows.gather(unit.conn, name=job_id, barrier=barrier, windows=False)
+            g = await db.gathers.submit(GatherRequest(job_id, barrier, windows=False))
             planned = _planned_commit(g, job_id, barrier, snapshots)
         if isinstance(planned, CommitResult):
             return planned
@@ -228,7 +229,7 @@ async def abort_barrier(db: Database, *, job_id: str, barrier: int, reason: str 
     db.commit_hints.keep(job_id, None)  # a commit of it must not even try the state its `next` stored
 
     async def step(unit: Unit) -> AbortResult | None:
-        g = await protocol_rows.gather(unit.conn, name=job_id, barrier=barrier, windows=False)
+        g = await db.gathers.submit(GatherRequest(job_id, barrier, windows=False))
         job = _known(g, job_id)
         run = g.run_at
         if run is None or run.first != barrier or run.status == "idle":
@@ -274,7 +275,7 @@ async def abort_in_flight(conn: Connection, job_id: str, reason: str, *, after: 
 async def _retrying(db: Database, step: Callable[[Unit], Awaitable[T | None]], *, what: str) -> T:
     """Run a compare-and-set step until it stores its outcome (None: another step changed the job first)."""
     for _ in range(MAX_ATTEMPTS):
-        result = await in_autocommit(db, step)
+        result = await in_autocommit(db, step, connected=False)
         if result is not None:
             return result
     raise Unavailable(f"{what} kept changing while its step was planned; retry shortly")
@@ -287,26 +288,34 @@ async def _plan(unit: Unit, g: Gathered, job: JobView, *, start: str | int | Non
         try:
             return planner.next_step(job.id, start=start), planner
         except NeedJobs as need:
-            await protocol_rows.gather_jobs(unit.conn, g.world, job_ids=need.job_ids)
+            await protocol_rows.gather_jobs(await unit.connection(), g.world, job_ids=need.job_ids)
         except NeedRanges as need:
-            await protocol_rows.ranges_from(unit.conn, g.world, table_id=need.table_id, barrier=need.barrier)
+            await protocol_rows.ranges_from(
+                await unit.connection(), g.world, table_id=need.table_id, barrier=need.barrier
+            )
         except NeedAfter as need:
-            await protocol_rows.barrier_after(unit.conn, g.world, barrier=need.barrier)
+            await protocol_rows.barrier_after(await unit.connection(), g.world, barrier=need.barrier)
     raise Unavailable(f"job {job.name!r} needs more state than one step may fetch; retry")
 
 
 async def _store(db: Database, unit: Unit, g: Gathered, planner: Planner) -> bool:
-    """Write the plan's outcome (compare-and-set); False when a job it touches changed meanwhile. The write is
-    one autocommit statement: once it returned, freshness-bounded reads are told (off the request path)."""
+    """Write the plan's outcome (compare-and-set); False when a job it touches changed meanwhile.
+
+    The write shares one statement with the writes of concurrent steps (db/coalescer.py), skipping jobs another
+    transaction holds locked: such a plan is then stored alone on the step's own connection, which waits for the
+    lock, so one contended job never holds up the others. Once stored, freshness-bounded reads are told (off the
+    request path)."""
     if not planner.writes:
         if g.stale and g.job_id is not None:
-            await protocol_rows.touch(unit.conn, job_id=g.job_id)
+            await protocol_rows.touch(await unit.connection(), job_id=g.job_id)
         return True
-    async with unit.writing():
-        stored = await protocol_rows.apply(unit.conn, planner.writes, notify=False)
-    if stored and protocol_rows.may_complete_versions(planner.writes):
+    stored = await db.writes.submit(planner.writes, on_send=unit.mark_sent)
+    if stored == "locked":
+        async with unit.writing() as conn:
+            stored = "stored" if await protocol_rows.apply(conn, planner.writes, notify=False) else "changed"
+    if stored == "stored" and protocol_rows.may_complete_versions(planner.writes):
         db.notifier.changed()
-    return stored
+    return stored == "stored"
 
 
 async def _allocate(db: Database, request: AllocationRequest, *, principal: Principal = ANONYMOUS_ADMIN) -> Allocation:
