@@ -149,7 +149,9 @@ class Coalescer(Generic[Q, A]):
                     if pending.on_send is not None:
                         pending.on_send()
                 sent = True
-                answers = await self._run(conn, [p.request for p in batch])
+                answers = list(await self._run(conn, [p.request for p in batch]))
+            if len(answers) != len(batch):
+                raise RuntimeError(f"{self._name}: {len(answers)} answers to {len(batch)} requests")
             for name in self._after:
                 failpoints.hit(name)
         except BaseException as exc:  # every caller of the batch must hear about it, then the task goes on

@@ -4,7 +4,8 @@ One gather statement answers several steps, each exactly as a gather of its job 
 stores several plans, each under its own compare-and-set, and skips a plan whose job another transaction holds
 locked (that step then stores alone and waits, so one contended job never holds up the others). The coalescer
 never puts two requests that touch one job in one statement, runs a batch PostgreSQL refused request by request,
-and charges each request its share of the statement.
+and charges each request its share of the statement; a step whose deadline passes answers 504 once the statement
+carrying its write was sent, 503 before.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import pytest
 from metaservice.db import statements
 from metaservice.db.coalescer import Coalescer
 from metaservice.db.database import Connection, Database
+from metaservice.db.transaction import Unit, in_autocommit
+from metaservice.errors import OutcomeUnknown, Unavailable
 from metaservice.repositories import protocol as protocol_rows
 from metaservice.repositories.protocol import Gathered, GatherRequest
 from metaservice.services import barriers
@@ -358,3 +361,114 @@ def test_the_coalesced_connections_plan_prepared_statements_once(database_url: s
         return seen
 
     assert _run_with_db(database_url, main) == [(("force_generic_plan",), ("metaservice",))]
+
+
+def test_steps_of_many_jobs_taken_together_share_each_statement(api: httpx.Client, database_url: str) -> None:
+    """Ten jobs asking `next` at once: one allocation, one gather and one write serve them all, and their commits
+    one more write; every job got its own barrier planned and stored."""
+    jobs = [(f"j{i}", f"lake.raw.r{i}", f"lake.mart.s{i}") for i in range(10)]
+    for job, root, sink in jobs:
+        _register(api, job, [root], [sink])
+
+    async def steps(db: Database) -> tuple[list[int], list[float], dict[str, int]]:
+        async def step(job: str, root: str, sink: str) -> tuple[int, float]:
+            tally, token = statements.start()
+            try:
+                decision = await barriers.next_barrier(db, job_id=job, root_snapshots={root: 1}, min_interval=0.0)
+                assert decision.action == "process" and decision.barrier is not None, decision
+                await barriers.commit_barrier(db, job_id=job, barrier=decision.barrier, snapshots={sink: 1})
+                return decision.barrier, tally.statements
+            finally:
+                statements.stop(token)
+
+        done = await asyncio.gather(*(step(*job) for job in jobs))
+        calls = {"allocations": db.allocator.calls, "gathers": db.gathers.calls, "writes": db.writes.calls}
+        return [b for b, _ in done], [s for _, s in done], calls
+
+    handed, tallies, calls = _run_with_db(database_url, steps)
+    assert len(set(handed)) == 1, "one barrier sealed every root reported together"
+    assert calls == {"allocations": 1, "gathers": 1, "writes": 2}
+    assert tallies == [pytest.approx(0.4)] * 10  # a tenth of each of the four statements
+    for job, _, sink in jobs:
+        run = api.get(f"/jobs/{job}/barriers").json()["runs"][0]
+        assert (run["barrier"], run["status"], run["outputs"]) == (handed[0], "committed", {sink: 1})
+
+
+def test_racing_steps_of_one_job_on_one_process_never_share_a_write(api: httpx.Client, database_url: str) -> None:
+    """Two `next` of one job at once plan on the same version; in one statement both would pass the version check.
+    The second waits for the next statement, loses the compare-and-set, plans again and answers the same barrier.
+    Then two identical commits at once: one stores, the other finds it committed and answers the same."""
+    _register(api, "solo", [R1], [OUT])
+
+    async def race(db: Database) -> tuple[list[Any], list[Any]]:
+        nexts = await asyncio.gather(
+            *(barriers.next_barrier(db, job_id="solo", root_snapshots={R1: 1}, min_interval=0.0) for _ in range(2))
+        )
+        barrier = nexts[0].barrier
+        assert barrier is not None
+        commits = await asyncio.gather(
+            *(barriers.commit_barrier(db, job_id="solo", barrier=barrier, snapshots={OUT: 7}) for _ in range(2))
+        )
+        return list(nexts), list(commits)
+
+    nexts, commits = _run_with_db(database_url, race)
+    assert nexts[0] == nexts[1] and nexts[0].action == "process"
+    assert commits[0] == commits[1]
+    runs = api.get("/jobs/solo/barriers").json()["runs"]
+    assert [(r["barrier"], r["status"], r["outputs"]) for r in runs] == [(nexts[0].barrier, "committed", {OUT: 7})]
+
+
+def test_a_step_whose_deadline_passes_answers_504_once_its_write_was_sent_and_503_before(database_url: str) -> None:
+    """A step waiting for a coalesced write: if the statement carrying its request was sent, the outcome is unknown
+    (504); if its request was still queued behind another statement, nothing happened (503). The first statement
+    is held until both steps have answered, so the order is certain."""
+
+    async def main(steps_db: Database, coalescer_db: Database) -> tuple[BaseException | None, BaseException | None]:
+        release = asyncio.Event()
+
+        async def held(_conn: Connection, requests: Sequence[int]) -> list[int]:
+            await release.wait()
+            return list(requests)
+
+        coalescer: Coalescer[int, int] = Coalescer(coalescer_db, held, name="test", writes=True)
+
+        first_sent = asyncio.Event()
+
+        async def step(n: int) -> BaseException | None:
+            async def work(unit: Unit) -> int:
+                def sending() -> None:
+                    unit.mark_sent()
+                    first_sent.set()
+
+                return await coalescer.submit(n, on_send=sending)
+
+            try:
+                await in_autocommit(steps_db, work, connected=False)
+            except (OutcomeUnknown, Unavailable) as error:
+                return error
+            return None
+
+        try:
+            first = asyncio.ensure_future(step(1))
+            with anyio.fail_after(30):
+                await first_sent.wait()  # its statement is in flight, held
+            second = await step(2)  # queued behind the held statement until its own deadline
+            return await first, second
+        finally:
+            release.set()
+            await coalescer.close()
+
+    async def run() -> tuple[BaseException | None, BaseException | None]:
+        steps_db = Database(Settings(database_url=database_url, transaction_deadline_seconds=1.0))
+        coalescer_db = Database(Settings(database_url=database_url, transaction_deadline_seconds=60.0))
+        await steps_db.open()
+        await coalescer_db.open()
+        try:
+            return await main(steps_db, coalescer_db)
+        finally:
+            await steps_db.close()
+            await coalescer_db.close()
+
+    sent, queued = anyio.run(run)
+    assert isinstance(sent, OutcomeUnknown), sent
+    assert isinstance(queued, Unavailable) and not isinstance(queued, OutcomeUnknown), queued
