@@ -74,6 +74,25 @@ def measure_in_catalog(ctx: Context, *, database: str, idle: int) -> Phase:
         return drive(ctx, server, database=database, connections=JOBS, threads=JOBS, path="/", script_args=cycle_args)
 
 
+def measure_with_tokens(ctx: Context, *, database: str) -> Phase:
+    """The cycle phase alone with authentication on (what a server off loopback runs): every request carries a job
+    token, which the server looks up for each request."""
+    url = ctx.cluster.fresh_database(database)
+    seed.register_rows(url, seed.one_root_per_job(JOBS))
+    headers = {"Authorization": f"Bearer {seed.job_token(url, jobs=seed.JOB_PREFIX + '*')}"}
+    with serving(url, env={"METASERVICE_AUTH_ENABLED": "true"}) as server:
+        return drive(
+            ctx,
+            server,
+            database=database,
+            connections=JOBS,
+            threads=JOBS,
+            path="/",
+            script_args=cycle_args,
+            headers=headers,
+        )
+
+
 def measure(
     ctx: Context, *, workers: int, database: str, count: bool = True, open_loop: bool = False
 ) -> tuple[Phase, Phase, OpenLoop | None]:
@@ -131,7 +150,8 @@ def run(ctx: Context) -> Outcome:
     assert fixed is not None
     idle = ctx.pick(CATALOG, CATALOG // 10)
     in_catalog = measure_in_catalog(ctx, database="bench_cycle_catalog", idle=idle)
-    c, n, k = cycle.load, noop.load, in_catalog.load
+    with_tokens = measure_with_tokens(ctx, database="bench_cycle_tokens")
+    c, n, k, a = cycle.load, noop.load, in_catalog.load, with_tokens.load
     outcome.figures = {
         "noop": noop.as_json(),
         "cycle": cycle.as_json(),
@@ -141,6 +161,7 @@ def run(ctx: Context) -> Outcome:
         "fsync_ms": [round(x, 3) for x in fixed.fsync_ms],
         "open_loop_cpu": {"durable": fixed.durable_cpu, "no_flush_wait": fixed.no_flush_cpu},
         "in_catalog": {"idle_jobs": idle, **in_catalog.as_json()},
+        "with_tokens": with_tokens.as_json(),
     }
     ratio = c.rps / n.rps
     outcome.row("next+commit req/s vs no-op", rps(c.rps), rps(n.rps), ratio, "≥ 0.20", ratio >= 0.20)
@@ -152,6 +173,12 @@ def run(ctx: Context) -> Outcome:
         rps(k.rps),
         rps(c.rps),
         k.rps / c.rps if c.rps else None,
+    )
+    outcome.row(
+        "next+commit req/s with auth on (a job token on every request) vs auth off",
+        rps(a.rps),
+        f"{rps(c.rps)}; p99 {ms(a.p99_ms)}",
+        a.rps / c.rps if c.rps else None,
     )
     server_ms, postgres_ms = (in_catalog.cpu_ms_per_request(g) for g in ("server", "postgres"))
     outcome.notes.append(

@@ -89,8 +89,10 @@ def run_wrk(
     seconds: int,
     threads: int | None = None,
     meter: CpuMeter | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> LoadResult:
-    """Run wrk against `url` for `seconds` with `connections` keep-alive connections; one request in flight each."""
+    """Run wrk against `url` for `seconds` with `connections` keep-alive connections; one request in flight each.
+    `headers` go with every request (a bearer token, say)."""
     threads = threads or min(connections, 2)
     command = [
         ensure_wrk(),
@@ -99,6 +101,7 @@ def run_wrk(
         f"-d{seconds}s",
         "--timeout",
         "10s",
+        *(arg for name, value in (headers or {}).items() for arg in ("-H", f"{name}: {value}")),
         "-s",
         str(SCRIPT),
         url,

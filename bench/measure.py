@@ -3,7 +3,7 @@ requests the server answered and how many SQL statements it ran for them (pg_sta
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -73,6 +73,7 @@ def drive(
     connections: int,
     threads: int | None = None,
     count: bool = True,
+    headers: Mapping[str, str] | None = None,
 ) -> Phase:
     """Warm up, then run wrk for `ctx.seconds`; with `count`, also statements and served requests (one worker).
 
@@ -84,7 +85,7 @@ def drive(
     def args() -> list[str]:
         return script_args() if callable(script_args) else script_args
 
-    load.run_wrk(url, args(), connections=connections, seconds=ctx.warmup, threads=threads)
+    load.run_wrk(url, args(), connections=connections, seconds=ctx.warmup, threads=threads, headers=headers)
 
     def quiet() -> bool:
         return cluster.busy_backends(ctx.cluster, database) == 0
@@ -96,7 +97,9 @@ def drive(
         cluster.reset_statements(ctx.cluster)
     meter = load.CpuMeter({"server": server.process.pid, "postgres": ctx.cluster.server.get_pid()})
     with cluster.ActivitySampler(ctx.cluster, database) as activity:
-        result = load.run_wrk(url, args(), connections=connections, seconds=ctx.seconds, threads=threads, meter=meter)
+        result = load.run_wrk(
+            url, args(), connections=connections, seconds=ctx.seconds, threads=threads, meter=meter, headers=headers
+        )
     wait_until(quiet, timeout=30, what="the requests in flight to finish")
     if not count:
         return Phase(result, result.requests, None, activity.averages())

@@ -7,7 +7,8 @@ how often and how long PostgreSQL planned them (0 plans: the prepared statement'
 every call; nested statements of the allocation function included, so its parts show), with the CPU each process
 used.
 `--server-env NAME=VALUE` passes a setting to the server (say `METASERVICE_POOL_SIZE=60`). `--catalog N` registers
-N more jobs (each with its own root and sink) that never call: the same cycle over a large catalog.
+N more jobs (each with its own root and sink) that never call: the same cycle over a large catalog. `--auth` turns
+authentication on: every request carries a job token (the server looks it up for each request).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> None:
         help="the jobs' roots never move: every job polls `next` reporting the snapshot it already reported",
     )
     parser.add_argument("--catalog", type=int, default=0, help="idle jobs registered besides the cycle's")
+    parser.add_argument("--auth", action="store_true", help="auth on: every request carries a job token")
     parser.add_argument(
         "--server-env", action="append", default=[], metavar="NAME=VALUE", help="a setting for the server (repeat)"
     )
@@ -49,18 +51,24 @@ def main(argv: list[str] | None = None) -> None:
     ctx = Context(cluster.start(), quick=False)
     url = ctx.cluster.fresh_database(DATABASE)
     seed.register_rows(url, [*seed.one_root_per_job(JOBS), *seed.idle_jobs(args.catalog)])
+    headers = {}
+    if args.auth:
+        headers["Authorization"] = f"Bearer {seed.job_token(url, jobs=seed.JOB_PREFIX + '*')}"
+        server_env["METASERVICE_AUTH_ENABLED"] = "true"
     with ctx.cluster.reloaded("pg_stat_statements.track_planning", "on"), serving(url, env=server_env) as server:
         target = f"{server.base_url}/"
         warmup = cycle_args()
         if args.poll:
             warmup[0] = "poll"
-        load.run_wrk(target, warmup, connections=JOBS, seconds=3, threads=JOBS)
+        load.run_wrk(target, warmup, connections=JOBS, seconds=3, threads=JOBS, headers=headers)
         # The cycle's measured run starts above every snapshot the warm-up reported (a snapshot at or below the
         # root's newest is no news: every answer would be a wait); polling reports the warm-up's snapshot again.
         script = warmup if args.poll else cycle_args()
         cluster.reset_statements(ctx.cluster)
         meter = load.CpuMeter({"server": server.process.pid, "postgres": ctx.cluster.server.get_pid()})  # type: ignore[union-attr]
-        result = load.run_wrk(target, script, connections=JOBS, seconds=args.seconds, threads=JOBS, meter=meter)
+        result = load.run_wrk(
+            target, script, connections=JOBS, seconds=args.seconds, threads=JOBS, meter=meter, headers=headers
+        )
     print(
         f"{result.rps:.0f} req/s ({result.cycles} commits, {result.waits} waits), p50 {result.p50_ms:.1f} ms, "
         f"p99 {result.p99_ms:.1f} ms; cores {result.cpu_share()}"

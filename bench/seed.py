@@ -194,3 +194,24 @@ def idle_jobs(jobs: int) -> list[JobSpec]:
 
 def chain_tables(chain: int, length: int, prefix: str = "lake") -> list[str]:
     return [f"{prefix}.c{chain:05d}.t{p}" for p in range(length)]
+
+
+def job_token(url: str, *, jobs: str) -> str:
+    """A new job token acting for the jobs matching the glob `jobs` (its secret), as `metaservice token create`
+    makes one."""
+    import anyio
+
+    from metaservice.db.database import Database
+    from metaservice.services.tokens import create_token
+    from metaservice.settings import Settings
+
+    async def create() -> str:
+        db = Database(Settings(database_url=url))
+        await db.open()
+        try:
+            secret, _ = await create_token(db, name=f"bench-{jobs}", role="job", job_patterns=[jobs])
+        finally:
+            await db.close()
+        return secret
+
+    return anyio.run(create)

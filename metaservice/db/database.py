@@ -40,6 +40,7 @@ class Database:
         from metaservice.db.coalescer import Coalescer
         from metaservice.db.listener import ChangeListener, ChangeNotifier
         from metaservice.repositories import protocol
+        from metaservice.repositories import tokens as token_rows
         from metaservice.services.commit_hints import CommitHints
         from metaservice.services.planner import Writes
 
@@ -82,6 +83,10 @@ class Database:
         )
         self.writes: Coalescer[Writes, protocol.Stored] = Coalescer(
             self, protocol.apply_batch, name="metaservice-writes", writes=True, keys=lambda plan: plan.expect
+        )
+        # With auth on, every request looks its bearer token up: concurrent lookups share a statement too.
+        self.tokens: Coalescer[str, token_rows.TokenRow | None] = Coalescer(
+            self, token_rows.find_active_many, name="metaservice-tokens", writes=False
         )
         # Freshness-bounded reads wait on it; re-checks after a wake-up take at most a quarter of the pool.
         self.listener = ChangeListener(self, max_rechecks=max(1, settings.pool_size // 4))
@@ -129,6 +134,7 @@ class Database:
         await self.allocator.close()
         await self.gathers.close()
         await self.writes.close()
+        await self.tokens.close()
         await self.pool.close(timeout=5)
 
     async def connect(self) -> Connection:

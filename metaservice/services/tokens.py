@@ -56,8 +56,10 @@ def _principal(row: TokenRow) -> Principal:
 
 
 async def authenticate(db: Database, *, token: str) -> Principal | None:
-    """The principal of a presented bearer token, or None when it is unknown or revoked."""
-    row = await in_autocommit(db, lambda unit: token_rows.find_active(unit.conn, token_sha256=digest(token)))
+    """The principal of a presented bearer token, or None when it is unknown or revoked. The lookup shares one
+    statement with those of concurrent requests; a statement started after the request came in, so a token
+    revoked before that is refused."""
+    row = await in_autocommit(db, lambda _unit: db.tokens.submit(digest(token)), connected=False)
     return None if row is None else _principal(row)
 
 

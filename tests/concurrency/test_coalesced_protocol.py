@@ -11,6 +11,7 @@ carrying its write was sent, 503 before.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +27,7 @@ from metaservice.db.transaction import Unit, in_autocommit
 from metaservice.errors import OutcomeUnknown, Unavailable
 from metaservice.repositories import protocol as protocol_rows
 from metaservice.repositories.protocol import Gathered, GatherRequest
-from metaservice.services import barriers
+from metaservice.services import barriers, tokens
 from metaservice.services.planner import Planner, Writes
 from metaservice.settings import Settings
 
@@ -472,3 +473,31 @@ def test_a_step_whose_deadline_passes_answers_504_once_its_write_was_sent_and_50
     sent, queued = anyio.run(run)
     assert isinstance(sent, OutcomeUnknown), sent
     assert isinstance(queued, Unavailable) and not isinstance(queued, OutcomeUnknown), queued
+
+
+def test_token_lookups_of_concurrent_requests_share_a_statement_and_each_gets_its_own(database_url: str) -> None:
+    """With auth on every request looks its token up; lookups that arrive together share one statement, and each
+    is answered for its own token (an unknown and a revoked one among them). A revocation holds for the next
+    lookup."""
+    names = {"ops": f"ops-{uuid.uuid4().hex}", "runner": f"runner-{uuid.uuid4().hex}", "old": f"old-{uuid.uuid4().hex}"}
+
+    async def lookups(db: Database) -> tuple[list[str | None], int, str | None]:
+        secrets = {}
+        for key, role, jobs in (("ops", "admin", []), ("runner", "job", ["enrich"]), ("old", "reader", [])):
+            secrets[key], _ = await tokens.create_token(db, name=names[key], role=role, job_patterns=jobs)  # type: ignore[arg-type]
+        await tokens.revoke_token(db, name=names["old"])
+        presented = [secrets["runner"], "ms_unknown", secrets["ops"], secrets["old"], secrets["runner"]]
+        found = await asyncio.gather(*(tokens.authenticate(db, token=t) for t in presented))
+        calls = db.tokens.calls
+        await tokens.revoke_token(db, name=names["runner"])
+        again = await tokens.authenticate(db, token=secrets["runner"])
+        return [p.name if p else None for p in found], calls, again.name if again else None
+
+    try:
+        found, calls, after_revoke = _run_with_db(database_url, lookups)
+    finally:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM api_tokens WHERE name = ANY(%s)", [list(names.values())])
+    assert found == [names["runner"], None, names["ops"], None, names["runner"]]
+    assert calls == 1
+    assert after_revoke is None
