@@ -95,6 +95,11 @@ def _run_with_db(database_url: str, work: Any) -> Any:
 
 def test_a_batched_gather_answers_each_step_as_its_own_gather(api: httpx.Client, database_url: str) -> None:
     in_flight = _pipeline(api)
+    # the lineage changed: d lost its only source, e was retired
+    _register(api, "d", [R1], ["lake.mart.d"])
+    assert api.request("DELETE", f"/register/source/d/{R1.replace('.', '/')}").status_code == 200
+    _register(api, "e", [MID], ["lake.mart.e"])
+    assert api.post("/unregister/e").status_code == 200
     requests = [
         GatherRequest("b"),
         GatherRequest("a", in_flight["a"], windows=False),
@@ -103,6 +108,8 @@ def test_a_batched_gather_answers_each_step_as_its_own_gather(api: httpx.Client,
         GatherRequest("b", in_flight["b"], windows=False),
         GatherRequest("b"),  # the same step twice (a retry racing): two answers, neither shared
         GatherRequest("a"),
+        GatherRequest("d"),  # a sink and no source
+        GatherRequest("e"),  # retired: no current edges
     ]
 
     async def gathers(db: Database) -> tuple[list[Gathered], list[Gathered]]:
@@ -121,6 +128,9 @@ def test_a_batched_gather_answers_each_step_as_its_own_gather(api: httpx.Client,
         is not (together[5].world.tables[b.world.jobs[b.job_id].sinks[0]])
     ), "plans change their world: no view may be shared between answers"
     assert together[2].job_id is None and not together[2].world.jobs
+    d, e = together[7], together[8]
+    assert d.job_id is not None and not d.world.jobs[d.job_id].sources and len(d.world.tables) == 1
+    assert e.job_id is not None and not e.world.jobs[e.job_id].active and not e.world.tables
     assert b_at.run_at is not None and b_at.run_at.first == in_flight["b"]
     # c's window of r2 starts at its own newest barrier, b's at b's: the batch fetched both
     r2_b = next(t for t in b.world.tables.values() if t.name == R2)
