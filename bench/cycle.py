@@ -21,6 +21,7 @@ from bench.context import Context
 from bench.measure import Phase, drive
 from bench.report import Outcome, ms, rps
 from bench.server import serving
+from metaservice.process import ServerProcess
 
 T = TypeVar("T")
 
@@ -65,32 +66,31 @@ def cycle_args() -> list[str]:
     return ["cycle", seed.JOB_PREFIX, seed.ROOT_PREFIX, seed.SINK_PREFIX, str(time.time_ns() // 1_000_000)]
 
 
-def measure_in_catalog(ctx: Context, *, database: str, idle: int) -> Phase:
-    """The cycle phase alone, on a fresh database where `idle` more jobs (each with a root and a sink) are
-    registered and never call: what the catalog's size costs each step."""
+def measure_alone(ctx: Context, *, database: str, idle: int = 0, auth: bool = False) -> Phase:
+    """The cycle phase alone on a fresh database: with `idle` more jobs (each with a root and a sink) registered
+    that never call (what the catalog's size costs each step), or with authentication on (what a server off
+    loopback runs: every request carries a job token, which the server looks up)."""
     url = ctx.cluster.fresh_database(database)
     seed.register_rows(url, [*seed.one_root_per_job(JOBS), *seed.idle_jobs(idle)])
-    with serving(url) as server:
-        return drive(ctx, server, database=database, connections=JOBS, threads=JOBS, path="/", script_args=cycle_args)
+    headers = {"Authorization": f"Bearer {seed.job_token(url, jobs=seed.JOB_PREFIX + '*')}"} if auth else None
+    with serving(url, env={"METASERVICE_AUTH_ENABLED": "true"} if auth else None) as server:
+        return _cycle_phase(ctx, server, database, headers=headers)
 
 
-def measure_with_tokens(ctx: Context, *, database: str) -> Phase:
-    """The cycle phase alone with authentication on (what a server off loopback runs): every request carries a job
-    token, which the server looks up for each request."""
-    url = ctx.cluster.fresh_database(database)
-    seed.register_rows(url, seed.one_root_per_job(JOBS))
-    headers = {"Authorization": f"Bearer {seed.job_token(url, jobs=seed.JOB_PREFIX + '*')}"}
-    with serving(url, env={"METASERVICE_AUTH_ENABLED": "true"}) as server:
-        return drive(
-            ctx,
-            server,
-            database=database,
-            connections=JOBS,
-            threads=JOBS,
-            path="/",
-            script_args=cycle_args,
-            headers=headers,
-        )
+def _cycle_phase(
+    ctx: Context, server: ServerProcess, database: str, *, count: bool = True, headers: dict[str, str] | None = None
+) -> Phase:
+    return drive(
+        ctx,
+        server,
+        database=database,
+        connections=JOBS,
+        threads=JOBS,
+        path="/",
+        script_args=cycle_args,
+        count=count,
+        headers=headers,
+    )
 
 
 def measure(
@@ -111,16 +111,7 @@ def measure(
             script_args=["static", "GET"],
             count=count,
         )
-        cycle = drive(
-            ctx,
-            server,
-            database=database,
-            connections=JOBS,
-            threads=JOBS,
-            path="/",
-            script_args=cycle_args,
-            count=count,
-        )
+        cycle = _cycle_phase(ctx, server, database, count=count)
         if open_loop:
 
             def fixed() -> openloop.OpenLoopResult:
@@ -149,8 +140,8 @@ def run(ctx: Context) -> Outcome:
     noop, cycle, fixed = measure(ctx, workers=1, database="bench_cycle", open_loop=True)
     assert fixed is not None
     idle = ctx.pick(CATALOG, CATALOG // 10)
-    in_catalog = measure_in_catalog(ctx, database="bench_cycle_catalog", idle=idle)
-    with_tokens = measure_with_tokens(ctx, database="bench_cycle_tokens")
+    in_catalog = measure_alone(ctx, database="bench_cycle_catalog", idle=idle)
+    with_tokens = measure_alone(ctx, database="bench_cycle_tokens", auth=True)
     c, n, k, a = cycle.load, noop.load, in_catalog.load, with_tokens.load
     outcome.figures = {
         "noop": noop.as_json(),
