@@ -75,7 +75,13 @@ class Settings(BaseSettings):
     min_barrier_interval: float = Field(
         default=0.0, ge=0, description="Seconds between barriers issued implicitly by `next` calls."
     )
-    pool_size: int = Field(default=20, ge=1, description="Most database connections per server process.")
+    pool_size: int = Field(
+        default=20,
+        ge=1,
+        description="Most pooled database connections per server process. Each process also keeps six of its own "
+        "(the barrier protocol's allocations, gathers and writes, token lookups, the change listener and notifier), "
+        "opened when first needed.",
+    )
     pool_min_size: int = Field(
         default=2,
         ge=1,
