@@ -246,10 +246,11 @@ async def gather_many(conn: Connection, requests: Sequence[GatherRequest]) -> li
     head, before_head, jobs, tables, windows = row[:5]
     answers = [Gathered(World(head, before_head, {}, {}), None, None, False) for _ in requests]
     by_id = {t["id"]: t for t in tables}
+    window_of = {(w[0], w[1]): w for w in windows}  # (table, from barrier): each is fetched once per statement
     for j in jobs:
         request = requests[j["ord"] - 1]
-        sources = {e[0] for e in j["edges"] if e[1] == "source"}
-        own_windows = [w for w in windows if w[0] in sources and w[1] == j["last"]] if request.windows else []
+        sources = [e[0] for e in j["edges"] if e[1] == "source"]
+        own_windows = [window_of[t, j["last"]] for t in sources] if request.windows else []
         answer = answers[j["ord"] - 1]
         _merge(answer.world, head, before_head, [j], [by_id[e[0]] for e in j["edges"]], own_windows)
         answer.job_id, answer.run_at, answer.stale = j["id"], _run(j["run_at"]), bool(j["stale"])
