@@ -6,7 +6,9 @@ Two shapes, both on pooled autocommit connections (`db/database.py`):
   several statements).
 - `in_autocommit`: statements that each commit on their own. For the barrier protocol (`next`, `commit`,
   `abort`: one read, a decision in Python, one compare-and-set write) and single-statement reads. The work marks
-  its write with `unit.writing()`, so that a connection lost during it is reported as an unknown outcome.
+  its write with `unit.writing()` (its own connection) or `unit.mark_sent` (a coalesced statement carried it,
+  db/coalescer.py), so that a connection lost or a deadline passed after that is reported as an unknown outcome.
+  With `connected=False` the unit takes a pooled connection only when the work asks for one.
 
 What a failure means to the caller:
 - 503 `unavailable` (`Unavailable`): nothing happened, retry. A pool timeout, a database that refuses or drops
