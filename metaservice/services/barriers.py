@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
+from metaservice import failpoints
 from metaservice.db.allocator import Allocation, AllocationRequest
 from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import Unit, in_autocommit
@@ -122,6 +123,7 @@ async def next_barrier(
         attempts += 1
         g = await db.gathers.submit(GatherRequest(job_id))
         job = _active(g, job_id)
+        await failpoints.pause("step_gathered")
         retry_after = reported_wait
         if job.in_flight is None and (attempts > 1 or not root_snapshots):  # else the report just sealed them
             roots = [t for t in job.sources if g.world.tables[t].writer_id is None]
@@ -295,6 +297,7 @@ async def _plan(unit: Unit, g: Gathered, job: JobView, *, start: str | int | Non
             )
         except NeedAfter as need:
             await protocol_rows.barrier_after(await unit.connection(), g.world, barrier=need.barrier)
+        await failpoints.pause("plan_fetched")
     raise Unavailable(f"job {job.name!r} needs more state than one step may fetch; retry")
 
 

@@ -400,7 +400,8 @@ class Planner:
     def _frontier(self, t: TableView) -> int | None:
         if t.newest is None:
             return None
-        return self.world.head if t.newest.last is None else t.newest.last
+        head = self.world.head
+        return head if t.newest.last is None or (head is not None and t.newest.last > head) else t.newest.last
 
     def _input_frontier(self, t: TableView) -> int | None:
         """The newest barrier a reader of `t` can decide: the head for roots, else what its writer settled."""
@@ -422,13 +423,15 @@ class Planner:
             return _State("pending")
         if t.first_barrier is not None and b < t.first_barrier:
             assert t.before_first is not None
-            return _State("never", through=t.before_first)
+            return _State("never", through=t.before_first if head is None else min(t.before_first, head))
         found = t.covering(b)
         if found == "unknown":
             raise NeedRanges(t.id, b)
         if found is None:  # a hole in the history: the table never completes b
             return _State("never", through=b)
-        through = head if found.last is None else found.last
+        # A view fetched after the plan's first gather may know ranges past the plan's head: the plan decides no
+        # barrier after it (its head is the newest barrier of one consistent view).
+        through = head if found.last is None or (head is not None and found.last > head) else found.last
         if found.snapshot is None:
             return _State("never", through=through, range=found)
         return _State("complete", found.snapshot, through=through, range=found)
