@@ -276,6 +276,17 @@ class Planner:
         assert outcome is not None
         return outcome
 
+    def settle(self, job_id: int) -> None:
+        """Complete idle the barriers at which the job's inputs did not change (and skip those an input never
+        completes), up to the first that needs work, settling the writers of lagging inputs first: what a
+        downstream `next` does for its upstream writers, done for a reader (rule 12). A busy, retired or
+        ingestion job is left alone: only it knows what it will do."""
+        job = self.world.jobs[job_id]
+        self._visited.add(job.id)
+        if not job.active or job.in_flight is not None or not job.sources:
+            return
+        self._walk(job, settle_only=True, start=None)
+
     def commit(self, job_id: int, barrier: int, snapshots: Mapping[str, int], run: RunView) -> None:
         """Record the job's sink snapshots for its in-flight `barrier` (validated by the caller)."""
         job = self.world.jobs[job_id]
@@ -324,6 +335,8 @@ class Planner:
             if pending_change:
                 assert job.lineage_after is not None
                 return Allocate(job.lineage_after)
+            if not settle_only and cursor is not None and self._owes(job, sources, cursor):
+                return Allocate(cursor)
             return Idle(tuple(skipped))
 
         if head is None:
@@ -464,6 +477,20 @@ class Planner:
             return False
         before = {name: value.get("snapshot_id") for name, value in last.inputs.items()}
         return dict(snapshots) == before and self._sinks_hold(job, last)
+
+    def _owes(self, job: JobView, sources: Sequence[TableView], cursor: int) -> bool:
+        """Rule 5's other half: the job gave up (or was made to give up) the newest barrier, `cursor`, while its
+        inputs there hold data its sinks do not reflect. That data is owed: a new barrier offers it, without
+        waiting for new root data. An input that never completes `cursor` owes it first (its writer allocates)."""
+        last = job.last_run
+        if last is None or last.status != "aborted" or last.barrier != cursor:
+            return False
+        if not sources:
+            return True  # an ingestion step gave its barrier up: its data is offered at a new one
+        states = {t.id: self._state(t, cursor) for t in sources}
+        if any(st.kind != "complete" for st in states.values()):
+            return False
+        return not self._unchanged(job, {self.world.tables[t].name: st.snapshot for t, st in states.items()})
 
     def _needs_effect(self, job: JobView) -> bool:
         """The job's sinks do not reflect its current lineage: it must process once more."""
