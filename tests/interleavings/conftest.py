@@ -13,11 +13,6 @@ from tests import support
 from tests.interleavings.harness import Pausepoints, Servers
 
 
-# No background /metrics refresh: it lets idle writers complete barriers too (rule 12), which would decide races
-# these tests make exact.
-ENV = {"METASERVICE_METRICS_REFRESH_SECONDS": "3600"}
-
-
 @pytest.fixture(scope="module", name="servers_pair")
 def fx_servers_pair(admin_url: str, worker_id: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
     url = support.fresh_database(admin_url, f"ms_interleave_{worker_id}")
@@ -25,8 +20,7 @@ def fx_servers_pair(admin_url: str, worker_id: str, tmp_path_factory: pytest.Tem
     folder = tmp_path_factory.mktemp("pausepoints")
     log = folder / "servers.log"
     processes = [
-        support.ServerProcess(url, env=ENV | {failpoints.PAUSE_ENV: str(folder)}, log_path=log).start()
-        for _ in range(2)
+        support.ServerProcess(url, env={failpoints.PAUSE_ENV: str(folder)}, log_path=log).start() for _ in range(2)
     ]
     servers = Servers(processes, Pausepoints(folder), url)
     try:
