@@ -337,7 +337,11 @@ class SnapshotRangeInfo(BaseModel):
     first_barrier: int
     last_barrier: int | None = Field(description="null: holds through the newest barrier (root tables)")
     snapshot_id: int | None
-    how: Literal["sealed", "committed", "idle", "aborted", "restored"]
+    how: Literal["sealed", "committed", "idle", "aborted", "gap", "restored"] = Field(
+        description="sealed (a root), committed, idle (inputs unchanged), aborted (the writer gave the barrier up, "
+        "or an input did), gap (barriers the table never completes because it changed writers), restored (a "
+        "rollback's restore snapshot)"
+    )
 
 
 class TableHistory(BaseModel):

@@ -324,11 +324,11 @@ class Planner:
         sources, sinks = self._tables(job.sources), self._tables(job.sinks)
         sink_front = _max(*(self._frontier(s) for s in sinks))
         cursor = _max(job.last, sink_front)  # settled up to here: the job, or its sinks' history (rule 3)
+        # Rule 6: a change of the job's lineage takes effect at the first barrier after it. Until one is issued, the
+        # old lineage holds at every barrier: a sink the job no longer writes would hold strong reads of its
+        # component back, and new edges would wait for unrelated new data.
         pending_change = (
-            not settle_only
-            and self._needs_effect(job)
-            and job.lineage_after is not None
-            and (head is None or head <= job.lineage_after)
+            not settle_only and job.lineage_after is not None and (head is None or head <= job.lineage_after)
         )
 
         def quiet(skipped: Sequence[int]) -> Outcome:
@@ -491,14 +491,6 @@ class Planner:
         if any(st.kind != "complete" for st in states.values()):
             return False
         return not self._unchanged(job, {self.world.tables[t].name: st.snapshot for t, st in states.items()})
-
-    def _needs_effect(self, job: JobView) -> bool:
-        """The job's sinks do not reflect its current lineage: it must process once more."""
-        last = job.last_committed
-        if last is None:
-            return True
-        names = {self.world.tables[t].name for t in job.sources}
-        return names != set(last.inputs) or not self._sinks_hold(job, last)
 
     def _sinks_hold(self, job: JobView, last: RunView) -> bool:
         sinks = self._tables(job.sinks)

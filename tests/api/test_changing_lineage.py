@@ -475,3 +475,23 @@ def test_case_7_a_commit_answered_with_an_error_leaves_the_barrier_in_flight_and
         assert flow.ranges(X) == ranges
     flow.commit("J", barrier, {X: 11})
     assert flow.weak([X]) == {"barrier": barrier, "versions": {X: 11}}
+
+
+def test_a_sink_that_never_completes_barriers_another_writer_settled_shows_them_as_a_gap(flow: Flow) -> None:
+    """Rule 3 with two sinks: K takes X over after X's history reached b2 while K's own Y stopped at b1, so Y never
+    completes b2 (a `gap`); the table's history lists it (it answered 500 before `gap` was a documented kind)."""
+    flow.register("J", sources=[R], sinks=[X])
+    flow.register("K", sources=[R], sinks=[Y])
+    flow.report(R, 1)
+    b1 = flow.issue()
+    assert flow.run("J", {X: 10}) == b1
+    assert flow.run("K", {Y: 20}) == b1
+    flow.report(R, 2)
+    b2 = flow.issue()
+    assert flow.run("J", {X: 11}) == b2
+    flow.unregister("J")
+    flow.register("K", sources=[R], sinks=[X, Y])
+    handed = flow.process("K")
+    assert handed["barrier"] > b2
+    ranges = {(r["first_barrier"], r["how"]) for r in flow.ranges(Y)}
+    assert (b2, "gap") in ranges, ranges
