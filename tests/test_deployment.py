@@ -13,7 +13,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,10 +20,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 import yaml
-from psycopg import sql
 from sqlalchemy.engine import make_url
 
 from metaservice.settings import Settings, to_sqlalchemy_url
@@ -291,12 +288,7 @@ def fx_deploy_url(admin_url: str, worker_id: str) -> Iterator[str]:
     """An empty database of this test's own; the image's command migrates it."""
     name = f"ms_deploy_{worker_id}"
     yield support.fresh_database(admin_url, name)
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-            (name,),
-        )
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+    support.drop_database(admin_url, name)
 
 
 @pytest.fixture(name="served")
@@ -323,13 +315,7 @@ def fx_served(tmp_path: Path, deploy_url: str) -> Iterator[tuple[int, dict[str, 
         support.wait_until(ready, timeout=60, what="the image's command to serve")
         yield port, env
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=20)
+        support.stop_group(process, timeout=20)
 
 
 def test_image_command_migrates_serves_and_requires_tokens(served: tuple[int, dict[str, str]], tmp_path: Path) -> None:

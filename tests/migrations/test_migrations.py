@@ -13,7 +13,6 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from psycopg import sql
 from sqlalchemy import CheckConstraint, create_engine
 from sqlalchemy.dialects.postgresql import ExcludeConstraint
 
@@ -67,12 +66,7 @@ def fx_fresh_url(admin_url: str, worker_id: str) -> Iterator[str]:
     name = f"ms_migr_{worker_id}"
     url = support.fresh_database(admin_url, name)
     yield url
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-            (name,),
-        )
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+    support.drop_database(admin_url, name)
 
 
 def test_revisions_form_one_chain_with_dated_file_names() -> None:

@@ -7,10 +7,9 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
-import httpx
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -23,13 +22,6 @@ pytestmark = pytest.mark.spark
 REPO = Path(__file__).resolve().parents[2]
 ORDERS, CUSTOMERS = "lake.raw.orders", "lake.raw.customers"
 ENRICHED, DIM, REVENUE = "lake.mart.orders_enriched", "lake.mart.customer_dim", "lake.mart.revenue"
-
-
-@pytest.fixture(name="client")
-def fx_client(server: ServerProcess, api: httpx.Client) -> Iterator[MetaServiceClient]:
-    del api  # truncates the database after the test
-    with MetaServiceClient(server.base_url) as client:
-        yield client
 
 
 @pytest.fixture(name="lake")

@@ -4,26 +4,17 @@ for every format."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 
-import httpx
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_client import Catalog, EtlJob, Inputs, MetaServiceClient, apply_rollback, consistent_tables
 from tests.spark.formats import snapshot_files
-from tests.support import ServerProcess
 
 pytestmark = pytest.mark.spark
 ORDERS, TOTALS, REPORT = "lake.raw.orders", "lake.mart.totals", "lake.mart.report"
-
-
-@pytest.fixture(name="client")
-def fx_client(server: ServerProcess, api: httpx.Client) -> Iterator[MetaServiceClient]:
-    del api  # truncates the database after the test
-    with MetaServiceClient(server.base_url) as client:
-        yield client
 
 
 @pytest.fixture(name="lake")
