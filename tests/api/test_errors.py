@@ -124,7 +124,7 @@ def test_bad_job_id_is_invalid_request_and_creates_no_job(enrich: httpx.Client, 
 @pytest.mark.parametrize("key", ["", "x" * 256, "has space", "tab\tinside", "ünïcode"])
 def test_bad_idempotency_key_is_invalid_request_and_issues_no_barrier(enrich: httpx.Client, key: str) -> None:
     api = enrich
-    response = api.post("/barriers", json={}, headers={"Idempotency-Key": key.encode()})
+    response = api.post("/barriers", json={}, headers=[(b"Idempotency-Key", key.encode())])
     body = assert_problem(response, 422, "invalid_request")
     assert ["header", "Idempotency-Key"] in error_locations(body), body
     assert barriers(api) == []

@@ -120,7 +120,7 @@ def test_a_root_snapshot_has_no_job_and_a_reported_one_no_barrier_yet(
 @pytest.mark.usefixtures("history")
 def test_unknown_tables_snapshots_and_bad_parameters_are_problems(api: httpx.Client) -> None:
     before = api.get("/tables").json()
-    for table, snapshot, params, status in [
+    cases: list[tuple[str, int | str, dict[str, int], int]] = [
         ("lake.mart.nope", 1, {}, 404),
         (C, 999, {}, 404),
         (C, 29, {}, 404),
@@ -128,7 +128,8 @@ def test_unknown_tables_snapshots_and_bad_parameters_are_problems(api: httpx.Cli
         (C, "+30", {}, 422),
         (C, 30, {"depth": 51}, 422),
         (C, 30, {"depth": -1}, 422),
-    ]:
+    ]
+    for table, snapshot, params, status in cases:
         answer = lineage(api, table, snapshot, **params)
         assert answer.status_code == status, (table, snapshot, params, answer.text)
         assert answer.headers["content-type"].startswith("application/problem+json")

@@ -119,9 +119,9 @@ def test_every_revision_steps_down_and_up_one_at_a_time(fresh_url: str) -> None:
     assert "metaservice_issue_barriers(jsonb)" in installed[chain[-1]]
     for below in [*reversed(chain[:-1]), "base"]:
         migrate.downgrade(fresh_url, "-1")
-        revision = None if below == "base" else below
-        assert current_revision(fresh_url) == revision
-        assert functions(fresh_url) == installed[revision], f"stepping down to {below}"
+        now = None if below == "base" else below
+        assert current_revision(fresh_url) == now
+        assert functions(fresh_url) == installed[now], f"stepping down to {below}"
 
 
 def test_migrated_schema_matches_the_models(fresh_url: str) -> None:
