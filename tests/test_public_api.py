@@ -50,7 +50,7 @@ def test_public_names_are_pinned() -> None:
 def test_every_public_name_is_a_documented_class_or_function_of_the_client_exported_under_its_own_name() -> None:
     """A name of `__all__` that is missing, a stray alias (another object under this name), a re-exported
     third-party object, a module, a constant or an undocumented object fails here."""
-    exported = {}
+    exported: dict[str, object] = {}
     exec("from spark_client import *", exported)  # what a star import brings
     assert sorted(k for k in exported if k != "__builtins__") == sorted(spark_client.__all__)
     for name in spark_client.__all__:
