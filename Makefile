@@ -21,6 +21,8 @@ demo: install
 test: install
 	$(BIN)/pytest -n 2 --dist loadgroup
 
+# Everything but the slow tests and those under tests/spark, tests/browser, tests/crash and tests/faults (their
+# directories mark them): no JVM starts (tests/conftest.py fails a test that starts one), nothing is killed.
 test-fast: install
 	$(BIN)/pytest -n 2 --dist loadgroup -m "not slow and not spark and not crash and not browser"
 
@@ -33,11 +35,12 @@ serve: install
 	$(BIN)/metaservice serve
 
 lint: install
-	$(BIN)/ruff check metaservice spark_client tests bench
-	$(BIN)/ruff format --check metaservice spark_client tests bench
+	$(BIN)/ruff check metaservice spark_client tests bench migrations
+	$(BIN)/ruff format --check metaservice spark_client tests bench migrations
 
+# mypy --strict (pyproject.toml) over the code, its tests and the benchmarks.
 typecheck: install
-	$(BIN)/mypy metaservice spark_client
+	$(BIN)/mypy metaservice spark_client tests bench
 
 bench: install
 	$(BIN)/python -m bench

@@ -21,7 +21,7 @@ from bench.context import Context
 from bench.measure import Phase, drive
 from bench.report import Outcome, ms, rps
 from bench.server import serving
-from metaservice.process import ServerProcess
+from tests.support import ServerProcess
 
 T = TypeVar("T")
 

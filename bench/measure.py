@@ -10,7 +10,7 @@ from typing import Any
 from bench import cluster, load
 from bench.context import Context
 from bench.server import served, served_between, statements
-from metaservice.process import ServerProcess, wait_until
+from tests.support import ServerProcess, wait_until
 
 
 @dataclass(frozen=True)

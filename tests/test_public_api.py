@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import spark_client
 
 
@@ -43,5 +45,17 @@ def test_public_names_are_pinned() -> None:
             "consistent_tables",
         ]
     )
+
+
+def test_every_public_name_is_a_documented_class_or_function_of_the_client_exported_under_its_own_name() -> None:
+    """A name of `__all__` that is missing, a stray alias (another object under this name), a re-exported
+    third-party object, a module, a constant or an undocumented object fails here."""
+    exported: dict[str, object] = {}
+    exec("from spark_client import *", exported)  # what a star import brings
+    assert sorted(k for k in exported if k != "__builtins__") == sorted(spark_client.__all__)
     for name in spark_client.__all__:
-        assert getattr(spark_client, name) is not None
+        obj = getattr(spark_client, name)
+        assert inspect.isclass(obj) or inspect.isfunction(obj), f"{name} is {type(obj).__name__}"
+        assert obj.__name__ == name, f"spark_client.{name} is {obj.__module__}.{obj.__name__}"
+        assert obj.__module__.split(".")[0] == "spark_client", f"{name} comes from {obj.__module__}"
+        assert inspect.getdoc(obj), f"{name} has no docstring"

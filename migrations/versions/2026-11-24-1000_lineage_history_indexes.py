@@ -27,7 +27,9 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
-    op.create_index("ix_snapshot_ranges_table_snapshot", "snapshot_ranges", ["table_id", "snapshot_id", "first_barrier"])
+    op.create_index(
+        "ix_snapshot_ranges_table_snapshot", "snapshot_ranges", ["table_id", "snapshot_id", "first_barrier"]
+    )
     op.create_index("ix_lineage_edges_created_at", "lineage_edges", ["created_at"])
     op.create_index(
         "ix_lineage_edges_removed_at",

@@ -19,9 +19,7 @@ Create Date: 2026-11-24 13:00:00
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Sequence
-from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import op
@@ -237,10 +235,168 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    path = Path(__file__).with_name("2026-11-24-0900_changing_lineage.py")  # migrations cannot import each other
-    spec = importlib.util.spec_from_file_location("changing_lineage", path)
-    assert spec is not None and spec.loader is not None
-    previous = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(previous)
-    op.execute(previous.ISSUE_BARRIERS.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
+    op.execute(PREVIOUS_ISSUE_BARRIERS)
     op.drop_index("ix_snapshot_ranges_open", table_name="snapshot_ranges")
+
+
+# `metaservice_issue_barriers` as the previous revision installed it, which the downgrade restores: a frozen copy (a
+# migration never loads another).
+PREVIOUS_ISSUE_BARRIERS = r"""
+CREATE OR REPLACE FUNCTION metaservice_issue_barriers(p_requests jsonb) RETURNS jsonb
+LANGUAGE plpgsql VOLATILE AS $fn$
+-- Serves a batch of requests in order, as if each ran on its own (the server coalesces concurrent callers):
+--   {"kind": "barrier" | "seal" | "report", "by": text, "key": text | null, "roots": {"<table>": snapshot},
+--    "when_unsealed": [table ids], "unless_after": barrier | null, "min_interval": seconds}
+--   report:  record the root snapshots (they only move forward; an orphan becomes a root again when reported
+--            at or above its newest known snapshot);
+--   barrier: report, then issue a barrier and seal every root's newest snapshot; a key issued before answers
+--            that barrier again (`replayed`) and changes nothing;
+--   seal:    report, then issue a barrier only when a table of `when_unsealed` has a snapshot no barrier sealed,
+--            or `unless_after` is given and no barrier was issued after it; never within `min_interval` seconds
+--            of the newest barrier (the answer then says how long to wait).
+-- A request naming an unknown table or a table a job writes changes nothing and answers an error.
+-- Answers, in request order: {"barrier", "issued_at", "replayed", "sealed", "wait_seconds", "latest", "error"}.
+#variable_conflict use_column
+DECLARE
+    v_req jsonb;
+    v_out jsonb := '[]'::jsonb;
+    v_start bigint;
+    v_last bigint;
+    v_barrier bigint;
+    v_at timestamptz;
+    v_head_at timestamptz;
+    v_missing text[];
+    v_written jsonb;
+    v_sealed jsonb;
+    v_latest jsonb;
+    v_need boolean;
+    v_wait double precision;
+    v_key text;
+    v_kind text;
+BEGIN
+    -- Lock order for everything that writes tables rows and the clock: tables by id, then the clock.
+    PERFORM 1 FROM tables t
+     WHERE t.name IN (SELECT jsonb_object_keys(coalesce(r -> 'roots', '{}')) FROM jsonb_array_elements(p_requests) r)
+     ORDER BY t.id FOR UPDATE;
+    SELECT c.last_barrier INTO v_start FROM barrier_clock c WHERE c.id = 1 FOR UPDATE;
+    v_last := v_start;
+
+    FOR v_req IN SELECT value FROM jsonb_array_elements(p_requests) LOOP
+        v_kind := v_req ->> 'kind';
+        v_key := v_req ->> 'key';
+        v_barrier := NULL; v_at := NULL; v_sealed := '{}'::jsonb; v_wait := NULL; v_latest := '{}'::jsonb;
+
+        IF v_key IS NOT NULL THEN
+            SELECT b.barrier, b.issued_at INTO v_barrier, v_at FROM barriers b WHERE b.request_key = v_key;
+            IF FOUND THEN
+                v_out := v_out || jsonb_build_array(jsonb_build_object(
+                    'barrier', v_barrier, 'issued_at', v_at, 'replayed', true,
+                    'sealed', metaservice_sealed_by(v_barrier), 'wait_seconds', NULL, 'latest', '{}'::jsonb,
+                    'error', NULL));
+                CONTINUE;
+            END IF;
+        END IF;
+
+        SELECT array_agg(k ORDER BY k) INTO v_missing
+          FROM jsonb_object_keys(coalesce(v_req -> 'roots', '{}')) k
+         WHERE NOT EXISTS (SELECT 1 FROM tables t WHERE t.name = k);
+        SELECT jsonb_object_agg(t.name, j.name) INTO v_written
+          FROM tables t
+          JOIN lineage_edges e ON e.table_id = t.id AND e.role = 'sink' AND e.removed_at IS NULL
+          JOIN jobs j ON j.id = e.job_id
+         WHERE t.name IN (SELECT jsonb_object_keys(coalesce(v_req -> 'roots', '{}')));
+        IF v_missing IS NOT NULL OR v_written IS NOT NULL THEN
+            v_out := v_out || jsonb_build_array(jsonb_build_object(
+                'barrier', NULL, 'issued_at', NULL, 'replayed', false, 'sealed', '{}'::jsonb, 'wait_seconds', NULL,
+                'latest', '{}'::jsonb,
+                'error', CASE WHEN v_missing IS NOT NULL
+                              THEN jsonb_build_object('code', 'not_found', 'tables', to_jsonb(v_missing))
+                              ELSE jsonb_build_object('code', 'not_root', 'writers', v_written) END));
+            CONTINUE;
+        END IF;
+
+        UPDATE tables t
+           SET latest_snapshot_id = greatest(coalesce(t.latest_snapshot_id, -1), r.snapshot_id),
+               latest_snapshot_at = now(),
+               sealable = t.sealable OR r.snapshot_id >= coalesce(t.latest_snapshot_id, -1)
+          FROM (SELECT key AS name, value::bigint AS snapshot_id
+                  FROM jsonb_each_text(coalesce(v_req -> 'roots', '{}'))) r
+         WHERE t.name = r.name;
+        SELECT coalesce(jsonb_object_agg(t.name, t.latest_snapshot_id), '{}'::jsonb) INTO v_latest
+          FROM tables t WHERE t.name IN (SELECT jsonb_object_keys(coalesce(v_req -> 'roots', '{}')));
+
+        IF v_kind = 'report' THEN
+            v_out := v_out || jsonb_build_array(jsonb_build_object(
+                'barrier', NULL, 'issued_at', NULL, 'replayed', false, 'sealed', '{}'::jsonb, 'wait_seconds', NULL,
+                'latest', v_latest, 'error', NULL));
+            CONTINUE;
+        END IF;
+
+        IF v_kind = 'seal' THEN
+            v_need := (v_req ->> 'unless_after' IS NOT NULL AND v_last <= (v_req ->> 'unless_after')::bigint)
+                OR EXISTS (
+                    SELECT 1 FROM tables t
+                      LEFT JOIN snapshot_ranges o ON o.table_id = t.id AND o.last_barrier IS NULL
+                     WHERE t.id IN (SELECT value::bigint
+                                      FROM jsonb_array_elements_text(coalesce(v_req -> 'when_unsealed', '[]')))
+                       AND t.sealable AND t.latest_snapshot_id IS NOT NULL
+                       AND NOT EXISTS (SELECT 1 FROM lineage_edges e
+                                        WHERE e.table_id = t.id AND e.role = 'sink' AND e.removed_at IS NULL)
+                       AND (o.id IS NULL OR o.snapshot_id IS DISTINCT FROM t.latest_snapshot_id));
+            IF NOT v_need THEN
+                v_out := v_out || jsonb_build_array(jsonb_build_object(
+                    'barrier', NULL, 'issued_at', NULL, 'replayed', false, 'sealed', '{}'::jsonb,
+                    'wait_seconds', NULL, 'latest', v_latest, 'error', NULL));
+                CONTINUE;
+            END IF;
+            IF coalesce((v_req ->> 'min_interval')::double precision, 0) > 0 THEN
+                SELECT b.issued_at INTO v_head_at FROM barriers b WHERE b.barrier = v_last;
+                IF v_head_at IS NOT NULL AND v_head_at + make_interval(secs => (v_req ->> 'min_interval')::float8)
+                                             > clock_timestamp() THEN
+                    v_wait := extract(epoch FROM v_head_at + make_interval(secs => (v_req ->> 'min_interval')::float8)
+                                                 - clock_timestamp())::float8;
+                    v_out := v_out || jsonb_build_array(jsonb_build_object(
+                        'barrier', NULL, 'issued_at', NULL, 'replayed', false, 'sealed', '{}'::jsonb,
+                        'wait_seconds', v_wait, 'latest', v_latest, 'error', NULL));
+                    CONTINUE;
+                END IF;
+            END IF;
+        END IF;
+
+        v_barrier := greatest(v_last + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+        v_at := clock_timestamp();
+        INSERT INTO barriers (barrier, issued_at, issued_by, request_key)
+        VALUES (v_barrier, v_at, v_req ->> 'by', v_key);
+
+        -- Seal: every sealable root whose newest known snapshot differs from its open range gets a new open
+        -- range from this barrier; the previous open range ends at the barrier before it.
+        WITH changed AS (
+            SELECT t.id, t.name, t.latest_snapshot_id, o.id AS open_id
+              FROM tables t
+              LEFT JOIN snapshot_ranges o ON o.table_id = t.id AND o.last_barrier IS NULL
+             WHERE t.sealable AND t.latest_snapshot_id IS NOT NULL
+               AND NOT EXISTS (SELECT 1 FROM lineage_edges e
+                                WHERE e.table_id = t.id AND e.role = 'sink' AND e.removed_at IS NULL)
+               AND (o.id IS NULL OR o.snapshot_id IS DISTINCT FROM t.latest_snapshot_id)
+        ), closed AS (
+            UPDATE snapshot_ranges r SET last_barrier = v_last, updated_at = now()
+              FROM changed c WHERE r.id = c.open_id
+        ), opened AS (
+            INSERT INTO snapshot_ranges (table_id, first_barrier, last_barrier, snapshot_id, kind)
+            SELECT c.id, v_barrier, NULL, c.latest_snapshot_id, 'sealed' FROM changed c
+        )
+        SELECT coalesce(jsonb_object_agg(c.name, c.latest_snapshot_id), '{}'::jsonb) INTO v_sealed FROM changed c;
+
+        v_last := v_barrier;
+        v_out := v_out || jsonb_build_array(jsonb_build_object(
+            'barrier', v_barrier, 'issued_at', v_at, 'replayed', false, 'sealed', v_sealed, 'wait_seconds', NULL,
+            'latest', v_latest, 'error', NULL));
+    END LOOP;
+
+    IF v_last <> v_start THEN
+        UPDATE barrier_clock SET last_barrier = v_last WHERE id = 1;
+    END IF;
+    RETURN v_out;
+END
+$fn$
+"""

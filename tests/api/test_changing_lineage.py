@@ -10,13 +10,14 @@ each call names the outcomes it accepts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.model.wire import Answer, Wire, path
+from tests.support import table_path
+from tests.support.pipelines import Flow
 
 R, R1, R2, S = "lake.raw.r", "lake.raw.r1", "lake.raw.r2", "lake.raw.s"
 X, X1, X2, Y, Z, W, T = (
@@ -28,91 +29,6 @@ X, X1, X2, Y, Z, W, T = (
     "lake.mart.w",
     "lake.mart.t",
 )
-
-
-class Flow:
-    """Drives the API like a user of the issue did; every call states the outcomes it accepts."""
-
-    def __init__(self, api: httpx.Client) -> None:
-        self.wire = Wire(api)
-
-    def register(self, job: str, *, sources: Iterable[str] = (), sinks: Iterable[str] = ()) -> None:
-        for table in sources:
-            self.wire.post(f"/register/source/{job}/{path(table)}", expect=(200, 201))
-        for table in sinks:
-            self.wire.post(f"/register/sink/{job}/{path(table)}", expect=(200, 201))
-
-    def report(self, table: str, snapshot_id: int) -> None:
-        self.wire.post(f"/tables/{path(table)}/snapshots", {"snapshot_id": snapshot_id}, expect=(200,))
-
-    def issue(self) -> int:
-        return int(self.wire.post("/barriers", {}, expect=(201,)).json()["barrier"])
-
-    def next(self, job: str, roots: Mapping[str, int] | None = None) -> dict[str, Any]:
-        body = {"root_snapshots": dict(roots or {})}
-        return self.wire.post(f"/jobs/{job}/barriers/next", body, expect=(200,)).json()
-
-    def process(self, job: str, roots: Mapping[str, int] | None = None) -> dict[str, Any]:
-        decision = self.next(job, roots)
-        assert decision["action"] == "process", decision
-        return decision
-
-    def commit(self, job: str, barrier: int, snapshots: Mapping[str, int]) -> Answer:
-        return self.wire.post(f"/jobs/{job}/barriers/{barrier}/commit", {"snapshots": dict(snapshots)}, expect=(200,))
-
-    def abort(self, job: str, barrier: int) -> Answer:
-        return self.wire.post(f"/jobs/{job}/barriers/{barrier}/abort", {"reason": "test"}, expect=(200,))
-
-    def run(self, job: str, snapshots: Mapping[str, int], roots: Mapping[str, int] | None = None) -> int:
-        """`next` must hand out a barrier; commit `snapshots` for it; return the barrier."""
-        barrier = int(self.process(job, roots)["barrier"])
-        self.commit(job, barrier, snapshots)
-        return barrier
-
-    def unregister(self, job: str) -> None:
-        assert self.wire.post(f"/unregister/{job}", expect=(200,)).json()["status"] == "unregistered"
-
-    def versions(self, tables: list[str], consistency: str) -> Answer:
-        body = {"tables": tables, "consistency": consistency}
-        return self.wire.post("/versions", body, expect=(200, "no_consistent_version"))
-
-    def weak(self, tables: list[str]) -> dict[str, Any]:
-        answer = self.versions(tables, "weak")
-        assert answer.status == 200, answer.body
-        return {"barrier": answer.json()["barrier"], "versions": answer.json()["versions"]}
-
-    def strong(self, tables: list[str]) -> int | None:
-        """The strong barrier of `tables`, None while there is none (404 no_consistent_version)."""
-        answer = self.versions(tables, "strong")
-        return int(answer.json()["barrier"]) if answer.status == 200 else None
-
-    def barriers(self) -> list[int]:
-        """Every barrier issued, newest first."""
-        listed = self.wire.get("/barriers", params={"limit": 1000}, expect=(200,)).json()["barriers"]
-        return [int(b["barrier"]) for b in listed]
-
-    def ranges(self, table: str) -> list[dict[str, Any]]:
-        return list(self.wire.get(f"/tables/{path(table)}/barriers", expect=(200,)).json()["ranges"])
-
-    def table(self, table: str) -> dict[str, Any]:
-        return self.wire.get(f"/tables/{path(table)}", expect=(200,)).json()
-
-    def job(self, job: str) -> dict[str, Any]:
-        return self.wire.get(f"/jobs/{job}", expect=(200,)).json()
-
-    def answers_pairing(self, table: str, snapshot_id: int, *, after: int, subsets: list[list[str]]) -> list[Any]:
-        """Every /versions answer (weak and strong) over `subsets` that holds `table` at `snapshot_id` at a barrier
-        after `after`: the reads the issue found that were never produced together."""
-        found = []
-        for tables in subsets:
-            for consistency in ("weak", "strong"):
-                answer = self.versions(tables, consistency)
-                if answer.status != 200:
-                    continue
-                body = answer.json()
-                if body["barrier"] > after and body["versions"].get(table) == snapshot_id:
-                    found.append((consistency, tables, body))
-        return found
 
 
 @pytest.fixture(name="flow")
@@ -267,7 +183,7 @@ def test_case_3_a_sink_added_to_a_running_job_is_written_by_it_and_never_shows_t
     assert set(added["sinks"]) == {X, Y} and added["inputs"] == inputs(r=(1, 1))
     subsets = [[Y], [X, Y], [R, Y], [R, X, Y]]
     assert flow.answers_pairing(Y, 7, after=b2 - 1, subsets=subsets) == []  # Y=7 is not J's output at b2
-    single = flow.wire.get(f"/version/weak/{path(Y)}", expect=(200, "no_consistent_version"))
+    single = flow.wire.get(f"/version/weak/{table_path(Y)}", expect=(200, "no_consistent_version"))
     assert single.status != 200 or single.json()["barrier"] < b2, single.body
 
     flow.commit("J", b2, {X: 11, Y: 8})
@@ -379,7 +295,7 @@ def test_case_6_an_ingestion_job_without_sources_processes_barriers_and_its_tabl
     flow.commit("ingest", first["barrier"], {T: 1})
     assert flow.weak([T]) == {"barrier": first["barrier"], "versions": {T: 1}}
     assert flow.strong([T]) == first["barrier"]
-    reported = flow.wire.post(f"/tables/{path(T)}/snapshots", {"snapshot_id": 2}, expect=("not_root",))
+    reported = flow.wire.post(f"/tables/{table_path(T)}/snapshots", {"snapshot_id": 2}, expect=("not_root",))
     assert reported.json()["writer"] == "ingest"
     assert flow.next("ingest")["action"] == "idle"
 
@@ -438,7 +354,7 @@ def test_case_7_a_next_may_report_only_what_its_job_reads_now_while_the_lineage_
         return answer.json()
 
     flow.register("J", sources=[R2])
-    flow.wire.delete(f"/register/source/J/{path(R1)}", expect=(200,))
+    flow.wire.delete(f"/register/source/J/{table_path(R1)}", expect=(200,))
     assert refused("J", {R1: 2}, 422, "invalid_request")["tables"] == [R1]  # a source no more
     gained = flow.process("J", {R2: 7})
     assert gained["barrier"] > b1 and gained["inputs"] == inputs(r2=(7, None))

@@ -7,36 +7,24 @@ timestamps the job history reports, which come from the same database rows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any
 
 import httpx
 import pytest
 
-RAW_A, MART_B, MART_C, MART_D = "lake.raw.a", "lake.mart.b", "lake.mart.c", "lake.mart.d"
-CHAIN = {"j1": ([RAW_A], [MART_B]), "j2": ([MART_B], [MART_C]), "j3": ([MART_C], [MART_D])}
-
-ORDERS, CUSTOMERS = "lake.raw.orders", "lake.raw.customers"
-ENRICHED, AUDIT, DIM, REVENUE = (
-    "lake.mart.orders_enriched",
-    "lake.mart.order_audit",
-    "lake.mart.customer_dim",
-    "lake.mart.revenue_by_day",
+from tests.support import table_path
+from tests.support.pipelines import (
+    CHAIN,
+    CUSTOMERS,
+    DIAMOND,
+    MART_B,
+    MART_C,
+    MART_D,
+    ORDERS,
+    RAW_A,
+    REVENUE,
+    Driver,
 )
-DIAMOND = {
-    "enrich": ([ORDERS], [ENRICHED]),
-    "audit": ([ORDERS], [AUDIT]),
-    "dims": ([CUSTOMERS], [DIM]),
-    "revenue": ([ENRICHED, DIM], [REVENUE]),
-}
-
-# Requests made inside a span to make it long: each is a real round trip through the server (≥ ~0.3 ms each).
-LONG_WORK = 400
-
-
-def path(table: str) -> str:
-    return table.replace(".", "/")
 
 
 def at(value: str) -> datetime:
@@ -45,63 +33,6 @@ def at(value: str) -> datetime:
 
 def span(later: str, earlier: str) -> float:
     return (at(later) - at(earlier)).total_seconds()
-
-
-class Driver:
-    """Registers a pipeline and runs its jobs through the API, like the client library does."""
-
-    def __init__(self, api: httpx.Client, jobs: dict[str, tuple[list[str], list[str]]]) -> None:
-        self.api, self.jobs = api, jobs
-        self.snapshots: dict[str, int] = {}
-        for job, (sources, sinks) in jobs.items():
-            for table in sources:
-                assert self.api.post(f"/register/source/{job}/{path(table)}").status_code in (200, 201)
-            for table in sinks:
-                assert self.api.post(f"/register/sink/{job}/{path(table)}").status_code in (200, 201)
-
-    def next(self, job: str, roots: dict[str, int] | None = None) -> dict[str, Any]:
-        """`next` for `job`; root snapshots it does not read (a job may not report them) go to the ingestion
-        endpoint first, so one barrier seals them all."""
-        reads = self.jobs[job][0]
-        for table, snapshot in (roots or {}).items():
-            if table not in reads:
-                answer = self.api.post(f"/tables/{path(table)}/snapshots", json={"snapshot_id": snapshot})
-                assert answer.status_code == 200, answer.text
-        own = {t: v for t, v in (roots or {}).items() if t in reads}
-        response = self.api.post(f"/jobs/{job}/barriers/next", json={"root_snapshots": own})
-        assert response.status_code == 200, response.text
-        return dict(response.json())
-
-    def commit(self, job: str, barrier: int) -> None:
-        outputs = {}
-        for sink in self.jobs[job][1]:
-            self.snapshots[sink] = self.snapshots.get(sink, -1) + 1
-            outputs[sink] = self.snapshots[sink]
-        response = self.api.post(f"/jobs/{job}/barriers/{barrier}/commit", json={"snapshots": outputs})
-        assert response.status_code == 200, response.text
-
-    def run(self, job: str, roots: dict[str, int] | None = None, *, during: Callable[[], None] | None = None) -> int:
-        """Process the offered barrier (doing `during` between next and commit); returns the barrier."""
-        decision = self.next(job, roots)
-        assert decision["action"] == "process", decision
-        if during is not None:
-            during()
-        self.commit(job, decision["barrier"])
-        return int(decision["barrier"])
-
-    def busy(self, requests: int = LONG_WORK) -> None:
-        """Real work that takes time: unrelated round trips through the server."""
-        for _ in range(requests):
-            assert self.api.get("/healthz").status_code == 200
-
-    def last_run(self, job: str) -> dict[str, Any]:
-        runs = self.api.get(f"/jobs/{job}/barriers").json()["runs"]
-        return dict(runs[0])
-
-    def delay(self, table: str, **params: Any) -> dict[str, Any]:
-        response = self.api.get(f"/tables/{path(table)}/delay", params=params)
-        assert response.status_code == 200, response.text
-        return dict(response.json())
 
 
 @pytest.fixture(name="chain")
@@ -226,9 +157,9 @@ def test_delay_errors_are_problem_documents(chain: Driver) -> None:
     barrier = chain.run("j1", {RAW_A: 1})
     cases = [
         ("/tables/lake/mart/nope/delay", {}, 404, "not_found"),
-        (f"/tables/{path(MART_B)}/delay", {"barrier": barrier + 1}, 404, "not_found"),
-        (f"/tables/{path(MART_C)}/delay", {"barrier": barrier}, 404, "no_consistent_version"),
-        (f"/tables/{path(MART_B)}/delay", {"barrier": 0}, 422, "invalid_request"),
+        (f"/tables/{table_path(MART_B)}/delay", {"barrier": barrier + 1}, 404, "not_found"),
+        (f"/tables/{table_path(MART_C)}/delay", {"barrier": barrier}, 404, "no_consistent_version"),
+        (f"/tables/{table_path(MART_B)}/delay", {"barrier": 0}, 422, "invalid_request"),
         ("/tables/lake/mart/bad!name/delay", {}, 422, "invalid_request"),
     ]
     for url, params, status, code in cases:

@@ -14,29 +14,10 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.support import assert_problem, table_path
+
 ORDERS, ENRICHED, AUDIT = "lake.raw.orders", "lake.mart.orders_enriched", "lake.mart.order_audit"
-PROBLEM_JSON = "application/problem+json"
 MAX_BODY_BYTES = 1_048_576  # Settings.max_body_bytes default; the test server runs with defaults
-
-
-def path(table: str) -> str:
-    return table.replace(".", "/")
-
-
-def problem(response: httpx.Response, status: int, code: str, *, names: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Assert an RFC 9457 problem document with our `code`, whose `detail` names each of `names`."""
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith(PROBLEM_JSON)
-    body = dict(response.json())
-    assert body["status"] == status
-    assert body["code"] == code
-    assert body["type"] == f"/problems/{code}"
-    assert body["instance"] == response.request.url.path
-    assert isinstance(body["title"], str) and body["title"]
-    assert isinstance(body["detail"], str)
-    for name in names:
-        assert name in body["detail"], (name, body["detail"])
-    return body
 
 
 def error_locations(body: dict[str, Any]) -> list[list[str]]:
@@ -44,7 +25,7 @@ def error_locations(body: dict[str, Any]) -> list[list[str]]:
 
 
 def register(api: httpx.Client, role: str, job: str, table: str, **metadata: str) -> httpx.Response:
-    return api.post(f"/register/{role}/{job}/{path(table)}", json=metadata or None)
+    return api.post(f"/register/{role}/{job}/{table_path(table)}", json=metadata or None)
 
 
 def next_barrier(api: httpx.Client, job: str, *, orders: int) -> dict[str, Any]:
@@ -65,7 +46,7 @@ def commit(api: httpx.Client, job: str, barrier: int, snapshots: dict[str, int])
 
 
 def table(api: httpx.Client, name: str) -> dict[str, Any]:
-    response = api.get(f"/tables/{path(name)}")
+    response = api.get(f"/tables/{table_path(name)}")
     assert response.status_code == 200, response.text
     return dict(response.json())
 
@@ -119,7 +100,7 @@ def test_bad_table_name_part_is_invalid_request_and_registers_nothing(
     api: httpx.Client, catalog: str, database: str, name: str, bad: str
 ) -> None:
     response = api.post(f"/register/source/enrich/{catalog}/{database}/{name}")
-    body = problem(response, 422, "invalid_request", names=(bad,))
+    body = assert_problem(response, 422, "invalid_request", names=(bad,))
     assert error_locations(body) == [["path", bad]]
     assert table_names(api) == [] and job_ids(api) == []
 
@@ -128,13 +109,13 @@ def test_bad_table_name_part_is_invalid_request_and_registers_nothing(
 def test_bad_job_id_is_invalid_request_and_creates_no_job(enrich: httpx.Client, bad_job: str) -> None:
     api = enrich
     for response in (
-        api.post(f"/register/sink/{bad_job}/{path(AUDIT)}"),
+        api.post(f"/register/sink/{bad_job}/{table_path(AUDIT)}"),
         api.post(f"/jobs/{bad_job}/barriers/next"),
         api.post(f"/jobs/{bad_job}/barriers/1/commit", json={"snapshots": {ENRICHED: 1}}),
         api.post(f"/unregister/{bad_job}"),
         api.get(f"/jobs/{bad_job}"),
     ):
-        body = problem(response, 422, "invalid_request", names=("job_id",))
+        body = assert_problem(response, 422, "invalid_request", names=("job_id",))
         assert ["path", "job_id"] in error_locations(body)
     assert job_ids(api) == ["enrich"]
     assert table_names(api) == [ENRICHED, ORDERS]
@@ -143,8 +124,8 @@ def test_bad_job_id_is_invalid_request_and_creates_no_job(enrich: httpx.Client, 
 @pytest.mark.parametrize("key", ["", "x" * 256, "has space", "tab\tinside", "ünïcode"])
 def test_bad_idempotency_key_is_invalid_request_and_issues_no_barrier(enrich: httpx.Client, key: str) -> None:
     api = enrich
-    response = api.post("/barriers", json={}, headers={"Idempotency-Key": key.encode()})
-    body = problem(response, 422, "invalid_request")
+    response = api.post("/barriers", json={}, headers=[(b"Idempotency-Key", key.encode())])
+    body = assert_problem(response, 422, "invalid_request")
     assert ["header", "Idempotency-Key"] in error_locations(body), body
     assert barriers(api) == []
 
@@ -153,7 +134,7 @@ def test_malformed_json_is_invalid_request_and_issues_no_barrier(enrich: httpx.C
     api = enrich
     truncated = b'{"root_snapshots": {"lake.raw.orders": 1'
     response = api.post("/barriers", content=truncated, headers={"content-type": "application/json"})
-    body = problem(response, 422, "invalid_request", names=("body",))
+    body = assert_problem(response, 422, "invalid_request", names=("body",))
     assert body["errors"][0]["type"] == "json_invalid"
     assert barriers(api) == []
     assert table(api, ORDERS)["latest_snapshot_id"] is None
@@ -165,17 +146,17 @@ def test_body_that_is_not_utf8_is_invalid_request_not_400(enrich: httpx.Client) 
     response = api.post(
         "/barriers", content=b'{"root_snapshots": {"\xff": 1}}', headers={"content-type": "application/json"}
     )
-    problem(response, 422, "invalid_request", names=("body",))
+    assert_problem(response, 422, "invalid_request", names=("body",))
     assert barriers(api) == []
 
 
 @pytest.mark.parametrize(
     ("url", "payload", "field"),
     [
-        (f"/tables/{path(ORDERS)}/snapshots", {"snapshot_id": "twelve"}, ["body", "snapshot_id"]),
-        (f"/tables/{path(ORDERS)}/snapshots", {"snapshot_id": [12]}, ["body", "snapshot_id"]),
+        (f"/tables/{table_path(ORDERS)}/snapshots", {"snapshot_id": "twelve"}, ["body", "snapshot_id"]),
+        (f"/tables/{table_path(ORDERS)}/snapshots", {"snapshot_id": [12]}, ["body", "snapshot_id"]),
         (
-            f"/tables/{path(ORDERS)}/snapshots",
+            f"/tables/{table_path(ORDERS)}/snapshots",
             {"snapshot_id": 1, "committed_at": "yesterday"},
             ["body", "committed_at"],
         ),
@@ -190,7 +171,7 @@ def test_wrong_types_are_invalid_request_naming_the_field_and_change_nothing(
     enrich: httpx.Client, url: str, payload: dict[str, Any], field: list[str]
 ) -> None:
     api = enrich
-    body = problem(api.post(url, json=payload), 422, "invalid_request", names=(".".join(field),))
+    body = assert_problem(api.post(url, json=payload), 422, "invalid_request", names=(".".join(field),))
     assert field in error_locations(body)
     assert table(api, ORDERS)["latest_snapshot_id"] is None
     assert barriers(api) == []
@@ -208,8 +189,8 @@ def test_wrong_types_are_invalid_request_naming_the_field_and_change_nothing(
 def test_values_of_another_json_type_are_rejected_not_coerced(enrich: httpx.Client, payload: dict[str, Any]) -> None:
     """API.md: wrong types are 422. The document says `integer` / `date-time` string; the server must not coerce."""
     api = enrich
-    response = api.post(f"/tables/{path(ORDERS)}/snapshots", json=payload)
-    problem(response, 422, "invalid_request")
+    response = api.post(f"/tables/{table_path(ORDERS)}/snapshots", json=payload)
+    assert_problem(response, 422, "invalid_request")
     assert table(api, ORDERS)["latest_snapshot_id"] is None
 
 
@@ -218,7 +199,7 @@ def test_values_of_another_json_type_are_rejected_not_coerced(enrich: httpx.Clie
     [
         ("GET", "/tables?after=lake%00", None, "after"),
         ("GET", "/jobs?after=enrich%00", None, "after"),
-        ("POST", f"/register/source/audit/{path(ORDERS)}", {"location": "s3://lake/\u0000orders"}, "location"),
+        ("POST", f"/register/source/audit/{table_path(ORDERS)}", {"location": "s3://lake/\u0000orders"}, "location"),
         ("POST", "/leases", {"holder": "dash\u0000board", "snapshots": {ORDERS: 1}}, "holder"),
         ("POST", "/jobs/enrich/barriers/{barrier}/abort", {"reason": "disk\u0000full"}, "reason"),
     ],
@@ -230,13 +211,13 @@ def test_nul_characters_in_text_are_invalid_request_not_a_500(
     api = enrich
     barrier = process(api, "enrich", orders=1)
     response = api.request(method, url.format(barrier=barrier), json=payload)
-    body = problem(response, 422, "invalid_request", names=(field,))
+    body = assert_problem(response, 422, "invalid_request", names=(field,))
     assert field in [loc[-1] for loc in error_locations(body)]
     assert job_ids(api) == ["enrich"]
     orders = table(api, ORDERS)
     assert (orders["readers"], orders["location"]) == (["enrich"], None)
     assert job(api, "enrich")["in_flight_barrier"] == barrier
-    protected = api.get(f"/tables/{path(ORDERS)}/retention").json()["protected"]
+    protected = api.get(f"/tables/{table_path(ORDERS)}/retention").json()["protected"]
     assert not [p for p in protected if p["reason"].startswith("lease:")]
 
 
@@ -246,18 +227,20 @@ def test_committed_at_outside_what_can_be_read_back_is_invalid_request(enrich: h
     stored, every later read of the table fails. They must be rejected before they are stored."""
     api = enrich
     report = {"snapshot_id": 3, "committed_at": committed_at}
-    response = api.post(f"/tables/{path(ORDERS)}/snapshots", json=report)
-    after = api.get(f"/tables/{path(ORDERS)}")
+    response = api.post(f"/tables/{table_path(ORDERS)}/snapshots", json=report)
+    after = api.get(f"/tables/{table_path(ORDERS)}")
     assert after.status_code == 200, f"after answering {response.status_code}, the table cannot be read: {after.text}"
-    problem(response, 422, "invalid_request", names=("committed_at",))
+    assert_problem(response, 422, "invalid_request", names=("committed_at",))
     assert after.json()["latest_snapshot_id"] is None
 
 
 def test_unknown_consistency_type_is_invalid_request(enrich: httpx.Client) -> None:
     api = enrich
-    body = problem(api.get(f"/version/eventual/{path(ORDERS)}"), 422, "invalid_request", names=("consistency_type",))
+    body = assert_problem(
+        api.get(f"/version/eventual/{table_path(ORDERS)}"), 422, "invalid_request", names=("consistency_type",)
+    )
     assert error_locations(body) == [["path", "consistency_type"]]
-    body = problem(
+    body = assert_problem(
         api.post("/versions", json={"tables": [ORDERS], "consistency": "eventual"}),
         422,
         "invalid_request",
@@ -268,14 +251,14 @@ def test_unknown_consistency_type_is_invalid_request(enrich: httpx.Client) -> No
 
 def test_negative_snapshot_ids_are_invalid_request_and_change_nothing(enrich: httpx.Client) -> None:
     api = enrich
-    body = problem(
-        api.post(f"/tables/{path(ORDERS)}/snapshots", json={"snapshot_id": -1}),
+    body = assert_problem(
+        api.post(f"/tables/{table_path(ORDERS)}/snapshots", json={"snapshot_id": -1}),
         422,
         "invalid_request",
         names=("snapshot_id",),
     )
     assert error_locations(body) == [["body", "snapshot_id"]]
-    body = problem(
+    body = assert_problem(
         api.post("/jobs/enrich/barriers/next", json={"root_snapshots": {ORDERS: -5}}), 422, "invalid_request"
     )
     assert error_locations(body) == [["body", "root_snapshots", ORDERS]]
@@ -283,7 +266,7 @@ def test_negative_snapshot_ids_are_invalid_request_and_change_nothing(enrich: ht
     assert barriers(api) == [] and job(api, "enrich")["in_flight_barrier"] is None
 
     barrier = process(api, "enrich", orders=1)
-    body = problem(commit(api, "enrich", barrier, {ENRICHED: -1}), 422, "invalid_request")
+    body = assert_problem(commit(api, "enrich", barrier, {ENRICHED: -1}), 422, "invalid_request")
     assert error_locations(body) == [["body", "snapshots", ENRICHED]]
     assert job(api, "enrich")["in_flight_barrier"] == barrier
     assert table(api, ENRICHED)["newest_complete_barrier"] is None
@@ -294,15 +277,17 @@ def test_commit_must_list_exactly_the_jobs_sinks(enrich: httpx.Client) -> None:
     assert register(api, "sink", "enrich", AUDIT).status_code == 201
     barrier = process(api, "enrich", orders=1)
 
-    body = problem(commit(api, "enrich", barrier, {ENRICHED: 1}), 422, "invalid_request", names=(ENRICHED, AUDIT))
+    body = assert_problem(
+        commit(api, "enrich", barrier, {ENRICHED: 1}), 422, "invalid_request", names=(ENRICHED, AUDIT)
+    )
     assert body["missing"] == [AUDIT] and body["unexpected"] == []
     assert ["body", "snapshots", AUDIT] in error_locations(body)
 
     wrong = {ENRICHED: 1, AUDIT: 1, ORDERS: 1}
-    body = problem(commit(api, "enrich", barrier, wrong), 422, "invalid_request")
+    body = assert_problem(commit(api, "enrich", barrier, wrong), 422, "invalid_request")
     assert body["missing"] == [] and body["unexpected"] == [ORDERS]
 
-    body = problem(commit(api, "enrich", barrier, {}), 422, "invalid_request")
+    body = assert_problem(commit(api, "enrich", barrier, {}), 422, "invalid_request")
     assert body["missing"] == [AUDIT, ENRICHED]
 
     assert job(api, "enrich")["in_flight_barrier"] == barrier
@@ -327,7 +312,7 @@ def test_unknown_job_is_not_found_everywhere_and_is_not_created(enrich: httpx.Cl
         api.get("/jobs/ghost"),
         api.get("/jobs/ghost/barriers"),
     ):
-        problem(response, 404, "not_found", names=("ghost",))
+        assert_problem(response, 404, "not_found", names=("ghost",))
     assert job_ids(api) == ["enrich"]
     assert table(api, ORDERS)["latest_snapshot_id"] == 1  # the rejected `next` reported nothing
     assert barriers(api) == [barrier]
@@ -336,20 +321,20 @@ def test_unknown_job_is_not_found_everywhere_and_is_not_created(enrich: httpx.Cl
 def test_unknown_table_is_not_found_in_versions_and_version(enrich: httpx.Client) -> None:
     api = enrich
     ghost = "lake.raw.ghost"
-    body = problem(
+    body = assert_problem(
         api.post("/versions", json={"tables": [ORDERS, ghost], "consistency": "weak"}), 404, "not_found", names=(ghost,)
     )
     assert body["tables"] == [ghost]
     for consistency in ("weak", "strong"):
-        problem(api.get(f"/version/{consistency}/{path(ghost)}"), 404, "not_found", names=(ghost,))
-    problem(api.get(f"/tables/{path(ghost)}"), 404, "not_found", names=(ghost,))
+        assert_problem(api.get(f"/version/{consistency}/{table_path(ghost)}"), 404, "not_found", names=(ghost,))
+    assert_problem(api.get(f"/tables/{table_path(ghost)}"), 404, "not_found", names=(ghost,))
     assert ghost not in table_names(api)
 
 
 def test_unknown_barrier_is_not_found(enrich: httpx.Client) -> None:
     api = enrich
     issued = api.post("/barriers").json()["barrier"]
-    body = problem(api.get(f"/barriers/{issued + 1}"), 404, "not_found", names=(str(issued + 1),))
+    body = assert_problem(api.get(f"/barriers/{issued + 1}"), 404, "not_found", names=(str(issued + 1),))
     assert body["barrier"] == issued + 1
     assert api.get(f"/barriers/{issued}").status_code == 200
 
@@ -359,7 +344,7 @@ def test_unknown_barrier_is_not_found(enrich: httpx.Client) -> None:
     [("GET", "/nowhere"), ("POST", "/register/source/enrich/lake/raw"), ("GET", "/jobs/enrich/barriers/1/x")],
 )
 def test_unknown_route_is_not_found_problem(api: httpx.Client, method: str, url: str) -> None:
-    problem(api.request(method, url), 404, "not_found", names=(url,))
+    assert_problem(api.request(method, url), 404, "not_found", names=(url,))
     assert job_ids(api) == []
 
 
@@ -370,17 +355,19 @@ def test_no_consistent_version_before_the_first_completion(enrich: httpx.Client)
     api = enrich
     barrier = process(api, "enrich", orders=1)  # orders is sealed at the barrier, enrich has not committed it
     for consistency in ("weak", "strong"):
-        body = problem(
+        body = assert_problem(
             api.post("/versions", json={"tables": [ORDERS, ENRICHED], "consistency": consistency}),
             404,
             "no_consistent_version",
             names=(ENRICHED,),
         )
         assert body["tables"] == [ORDERS, ENRICHED] and body["consistency"] == consistency
-        problem(api.get(f"/version/{consistency}/{path(ENRICHED)}"), 404, "no_consistent_version", names=(ENRICHED,))
-    assert api.get(f"/version/weak/{path(ORDERS)}").json()["barrier"] == barrier  # the root alone has one
+        assert_problem(
+            api.get(f"/version/{consistency}/{table_path(ENRICHED)}"), 404, "no_consistent_version", names=(ENRICHED,)
+        )
+    assert api.get(f"/version/weak/{table_path(ORDERS)}").json()["barrier"] == barrier  # the root alone has one
     assert commit(api, "enrich", barrier, {ENRICHED: 1}).status_code == 200
-    assert api.get(f"/version/strong/{path(ENRICHED)}").json()["snapshot_id"] == 1
+    assert api.get(f"/version/strong/{table_path(ENRICHED)}").json()["snapshot_id"] == 1
 
 
 # --- 409 protocol rules -------------------------------------------------------------------------------------------
@@ -393,7 +380,7 @@ def test_edge_closing_a_three_job_loop_is_a_cycle_naming_the_loop(api: httpx.Cli
         assert register(api, role, name, t).status_code == 201
     assert register(api, "source", "c", T3).status_code == 201
 
-    body = problem(register(api, "sink", "c", T1), 409, "cycle", names=("c", T1))
+    body = assert_problem(register(api, "sink", "c", T1), 409, "cycle", names=("c", T1))
     assert body["cycle"] == [T1, "a", T2, "b", T3, "c", T1]
     assert job(api, "c")["sinks"] == []
     assert table(api, T1)["writer"] is None and table(api, T1)["kind"] == "root"
@@ -404,7 +391,7 @@ def test_source_closing_a_three_job_loop_is_a_cycle_naming_the_loop(api: httpx.C
         assert register(api, role, name, t).status_code == 201
     assert register(api, "sink", "c", T1).status_code == 201
 
-    body = problem(register(api, "source", "c", T3), 409, "cycle", names=("c", T3))
+    body = assert_problem(register(api, "source", "c", T3), 409, "cycle", names=("c", T3))
     assert body["cycle"] == [T3, "c", T1, "a", T2, "b", T3]
     assert job(api, "c")["sources"] == []
     assert table(api, T3)["readers"] == []
@@ -412,14 +399,14 @@ def test_source_closing_a_three_job_loop_is_a_cycle_naming_the_loop(api: httpx.C
 
 def test_job_reading_and_writing_one_table_is_a_cycle(enrich: httpx.Client) -> None:
     api = enrich
-    body = problem(register(api, "source", "enrich", ENRICHED), 409, "cycle", names=(ENRICHED,))
+    body = assert_problem(register(api, "source", "enrich", ENRICHED), 409, "cycle", names=(ENRICHED,))
     assert body["cycle"] == [ENRICHED, "enrich", ENRICHED]
     assert job(api, "enrich")["sources"] == [ORDERS]
 
 
 def test_second_writer_is_rejected_with_table_has_writer(enrich: httpx.Client) -> None:
     api = enrich
-    body = problem(register(api, "sink", "rogue", ENRICHED), 409, "table_has_writer", names=(ENRICHED, "enrich"))
+    body = assert_problem(register(api, "sink", "rogue", ENRICHED), 409, "table_has_writer", names=(ENRICHED, "enrich"))
     assert body["writer"] == "enrich" and body["table"] == ENRICHED
     assert table(api, ENRICHED)["writer"] == "enrich"
     assert job_ids(api) == ["enrich"]  # the rejected registration did not create the job either
@@ -429,10 +416,12 @@ def test_second_writer_is_rejected_with_table_has_writer(enrich: httpx.Client) -
 def test_commit_of_a_barrier_never_handed_out_is_not_in_flight(enrich: httpx.Client) -> None:
     api = enrich
     issued = api.post("/barriers", json={"root_snapshots": {ORDERS: 1}}).json()["barrier"]
-    body = problem(commit(api, "enrich", issued, {ENRICHED: 1}), 409, "not_in_flight", names=(str(issued), "enrich"))
+    body = assert_problem(
+        commit(api, "enrich", issued, {ENRICHED: 1}), 409, "not_in_flight", names=(str(issued), "enrich")
+    )
     assert body["barrier"] == issued and body["job_id"] == "enrich"
-    problem(api.post(f"/jobs/enrich/barriers/{issued}/abort"), 409, "not_in_flight")
-    problem(commit(api, "enrich", issued + 1, {ENRICHED: 1}), 409, "not_in_flight")  # never issued at all
+    assert_problem(api.post(f"/jobs/enrich/barriers/{issued}/abort"), 409, "not_in_flight")
+    assert_problem(commit(api, "enrich", issued + 1, {ENRICHED: 1}), 409, "not_in_flight")  # never issued at all
     assert runs(api, "enrich") == []
     assert table(api, ENRICHED)["newest_complete_barrier"] is None
 
@@ -442,7 +431,7 @@ def test_commit_after_abort_is_not_in_flight(enrich: httpx.Client) -> None:
     barrier = process(api, "enrich", orders=1)
     assert api.post(f"/jobs/enrich/barriers/{barrier}/abort", json={"reason": "disk full"}).status_code == 200
 
-    problem(commit(api, "enrich", barrier, {ENRICHED: 1}), 409, "not_in_flight", names=(str(barrier), "aborted"))
+    assert_problem(commit(api, "enrich", barrier, {ENRICHED: 1}), 409, "not_in_flight", names=(str(barrier), "aborted"))
     assert [(r["barrier"], r["status"]) for r in runs(api, "enrich")] == [(barrier, "aborted")]
     assert table(api, ENRICHED)["newest_complete_barrier"] is None
 
@@ -453,7 +442,9 @@ def test_commit_with_other_snapshots_is_snapshot_conflict(enrich: httpx.Client) 
     assert commit(api, "enrich", barrier, {ENRICHED: 1}).status_code == 200
     assert commit(api, "enrich", barrier, {ENRICHED: 1}).json()["snapshots"] == {ENRICHED: 1}  # same: a no-op
 
-    body = problem(commit(api, "enrich", barrier, {ENRICHED: 2}), 409, "snapshot_conflict", names=(str(barrier),))
+    body = assert_problem(
+        commit(api, "enrich", barrier, {ENRICHED: 2}), 409, "snapshot_conflict", names=(str(barrier),)
+    )
     assert body["committed"] == {ENRICHED: 1}
     info = table(api, ENRICHED)
     assert (info["newest_complete_barrier"], info["newest_complete_snapshot_id"]) == (barrier, 1)
@@ -465,7 +456,9 @@ def test_commit_of_an_older_snapshot_is_snapshot_regressed(enrich: httpx.Client)
     assert commit(api, "enrich", first, {ENRICHED: 5}).status_code == 200
     second = process(api, "enrich", orders=2)
 
-    body = problem(commit(api, "enrich", second, {ENRICHED: 3}), 409, "snapshot_regressed", names=(ENRICHED, "5"))
+    body = assert_problem(
+        commit(api, "enrich", second, {ENRICHED: 3}), 409, "snapshot_regressed", names=(ENRICHED, "5")
+    )
     assert (body["table"], body["snapshot_id"], body["previous_snapshot_id"]) == (ENRICHED, 3, 5)
     assert job(api, "enrich")["in_flight_barrier"] == second
     info = table(api, ENRICHED)
@@ -478,7 +471,9 @@ def test_abort_after_commit_is_already_committed(enrich: httpx.Client) -> None:
     barrier = process(api, "enrich", orders=1)
     assert commit(api, "enrich", barrier, {ENRICHED: 1}).status_code == 200
 
-    body = problem(api.post(f"/jobs/enrich/barriers/{barrier}/abort"), 409, "already_committed", names=(str(barrier),))
+    body = assert_problem(
+        api.post(f"/jobs/enrich/barriers/{barrier}/abort"), 409, "already_committed", names=(str(barrier),)
+    )
     assert body["barrier"] == barrier
     assert [r["status"] for r in runs(api, "enrich")] == ["committed"]
     assert table(api, ENRICHED)["newest_complete_barrier"] == barrier
@@ -486,8 +481,8 @@ def test_abort_after_commit_is_already_committed(enrich: httpx.Client) -> None:
 
 def test_snapshot_report_for_a_written_table_is_not_root(enrich: httpx.Client) -> None:
     api = enrich
-    response = api.post(f"/tables/{path(ENRICHED)}/snapshots", json={"snapshot_id": 7})
-    body = problem(response, 409, "not_root", names=(ENRICHED, "enrich"))
+    response = api.post(f"/tables/{table_path(ENRICHED)}/snapshots", json={"snapshot_id": 7})
+    body = assert_problem(response, 409, "not_root", names=(ENRICHED, "enrich"))
     assert body["writer"] == "enrich" and body["table"] == ENRICHED
     assert table(api, ENRICHED)["latest_snapshot_id"] is None
 
@@ -495,9 +490,9 @@ def test_snapshot_report_for_a_written_table_is_not_root(enrich: httpx.Client) -
 def test_root_snapshots_naming_an_intermediate_table_are_not_root_and_report_nothing(enrich: httpx.Client) -> None:
     api = enrich
     roots = {"root_snapshots": {ORDERS: 4, ENRICHED: 3}}
-    body = problem(api.post("/jobs/enrich/barriers/next", json=roots), 409, "not_root", names=(ENRICHED,))
+    body = assert_problem(api.post("/jobs/enrich/barriers/next", json=roots), 409, "not_root", names=(ENRICHED,))
     assert body["tables"] == [ENRICHED]
-    body = problem(api.post("/barriers", json=roots), 409, "not_root", names=(ENRICHED,))
+    body = assert_problem(api.post("/barriers", json=roots), 409, "not_root", names=(ENRICHED,))
     assert body["tables"] == [ENRICHED]
     assert table(api, ORDERS)["latest_snapshot_id"] is None  # the valid half of the request was not applied
     assert barriers(api) == [] and job(api, "enrich")["in_flight_barrier"] is None
@@ -508,11 +503,11 @@ def test_conflicting_table_format_is_table_metadata_conflict(enrich: httpx.Clien
     assert register(api, "source", "audit", ORDERS, format="delta", location="s3://lake/raw/orders").status_code == 201
     assert table(api, ORDERS)["format"] == "delta"
 
-    body = problem(
+    body = assert_problem(
         register(api, "source", "dims", ORDERS, format="iceberg"), 409, "table_metadata_conflict", names=("delta",)
     )
     assert body["table"] == ORDERS and body["field"] == "format"
-    body = problem(
+    body = assert_problem(
         register(api, "source", "dims", ORDERS, location="s3://elsewhere"),
         409,
         "table_metadata_conflict",
@@ -530,7 +525,7 @@ def test_next_after_unregister_is_job_unregistered(enrich: httpx.Client) -> None
     assert api.post("/unregister/enrich").json() == {"job_id": "enrich", "status": "unregistered"}
 
     response = api.post("/jobs/enrich/barriers/next", json={"root_snapshots": {ORDERS: 1}})
-    problem(response, 409, "job_unregistered", names=("enrich",))
+    assert_problem(response, 409, "job_unregistered", names=("enrich",))
     assert barriers(api) == [] and runs(api, "enrich") == []
     assert table(api, ORDERS)["latest_snapshot_id"] is None
 
@@ -545,7 +540,7 @@ def padded(size: int) -> bytes:
 
 def test_body_over_the_limit_is_payload_too_large_and_issues_no_barrier(api: httpx.Client) -> None:
     response = api.post("/barriers", content=padded(MAX_BODY_BYTES + 1), headers={"content-type": "application/json"})
-    body = problem(response, 413, "payload_too_large", names=(str(MAX_BODY_BYTES),))
+    body = assert_problem(response, 413, "payload_too_large", names=(str(MAX_BODY_BYTES),))
     assert body["max_bytes"] == MAX_BODY_BYTES
     assert barriers(api) == []
     at_limit = api.post("/barriers", content=padded(MAX_BODY_BYTES), headers={"content-type": "application/json"})
@@ -562,7 +557,7 @@ def test_streamed_body_over_the_limit_is_payload_too_large(api: httpx.Client) ->
 
     response = api.post("/barriers", content=chunks(), headers={"content-type": "application/json"})
     assert "content-length" not in response.request.headers
-    problem(response, 413, "payload_too_large")
+    assert_problem(response, 413, "payload_too_large")
     assert barriers(api) == []
 
 
@@ -572,6 +567,6 @@ def test_streamed_body_over_the_limit_is_payload_too_large(api: httpx.Client) ->
 def test_method_not_allowed_lists_every_method_of_the_resource(api: httpx.Client) -> None:
     """RFC 9110 §15.5.6: a 405 carries `Allow` with the resource's supported methods (GET and POST /barriers)."""
     response = api.delete("/barriers")
-    problem(response, 405, "method_not_allowed")
+    assert_problem(response, 405, "method_not_allowed")
     assert sorted(m.strip() for m in response.headers["allow"].split(",")) == ["GET", "POST"]
     assert barriers(api) == []

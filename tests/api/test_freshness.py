@@ -11,8 +11,6 @@ customers ► dims ───► customer_dim ─────┘
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -23,13 +21,18 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from metaservice.db import migrate
 from metaservice.repositories.versions import LISTEN
 from tests import support
-from tests.api.test_auth import call, create_token
-from tests.api.test_protocol import CUSTOMERS, DIM, ENRICHED, ORDERS, REVENUE, Pipeline
+from tests.support import Token, assert_problem, metric, request_as
+from tests.support.pipelines import (
+    CUSTOMERS,
+    DIM,
+    ENRICHED,
+    ORDERS,
+    REVENUE,
+    Pipeline,
+)
 
 TEAM_B = "lake.team_b.out"
 WAIT = 20.0  # long enough never to be what ends a read that a write should answer
@@ -46,16 +49,6 @@ def fx_pipeline(api: httpx.Client) -> Pipeline:
 def fx_pool() -> Iterator[ThreadPoolExecutor]:
     with ThreadPoolExecutor(max_workers=8) as pool:
         yield pool
-
-
-def metric(base_url: str, name: str) -> float:
-    response = httpx.get(f"{base_url}/metrics", timeout=10)
-    assert response.status_code == 200, response.text
-    for family in text_string_to_metric_families(response.text):
-        for sample in family.samples:
-            if sample.name == name:
-                return float(sample.value)
-    raise AssertionError(f"{name} not in /metrics")
 
 
 def wait_for_waiters(base_url: str, count: int = 1) -> None:
@@ -84,14 +77,6 @@ def settle(pipeline: Pipeline, *jobs: str) -> None:
     for job in jobs:
         while pipeline.run(job)["action"] == "process":
             pass
-
-
-def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/problem+json")
-    body: dict[str, Any] = response.json()
-    assert body["code"] == code
-    return body
 
 
 # --- answered at once ------------------------------------------------------------------------------------------
@@ -360,19 +345,14 @@ def test_stopping_the_server_answers_waiters_503_at_once(
 
 @pytest.fixture(name="secured")
 def fx_secured(admin_url: str, worker_id: str, tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    url = support.fresh_database(admin_url, f"ms_fresh_auth_{worker_id}")
-    migrate.upgrade(url)
     tokens = {
-        "admin": create_token(url, "ops", "admin"),
-        "team-a": create_token(url, "team-a-runner", "job", "team-a.*", tables=("lake.team_a.*",)),
-        "revoked": create_token(url, "old", "reader"),
+        "admin": Token("ops", "admin"),
+        "team-a": Token("team-a-runner", "job", ("team-a.*",), tables=("lake.team_a.*",)),
+        "revoked": Token("old", "reader"),
     }
-    command = [sys.executable, "-m", "metaservice", "token", "revoke", "old", "--database-url", url]
-    subprocess.run(command, check=True, timeout=60)
-    env = {"METASERVICE_AUTH_ENABLED": "true"}
-    server = support.ServerProcess(url, env=env, log_path=tmp_path / "secured.log").start()
-    yield server.base_url, tokens
-    server.stop()
+    database, log = f"ms_fresh_auth_{worker_id}", tmp_path / "secured.log"
+    with support.secured_server(admin_url, database, tokens, log_path=log, revoked=["revoked"]) as (server, secrets):
+        yield server.base_url, secrets
 
 
 def test_a_token_waits_only_where_it_may_read_and_the_wait_changes_nothing_it_may_do(
@@ -381,7 +361,7 @@ def test_a_token_waits_only_where_it_may_read_and_the_wait_changes_nothing_it_ma
     base, tokens = secured
 
     def as_admin(method: str, path: str, **kwargs: Any) -> httpx.Response:
-        response = call(base, tokens["admin"], method, path, **kwargs)
+        response = request_as(base, tokens["admin"], method, path, **kwargs)
         assert response.status_code < 300, response.text
         return response
 
@@ -404,11 +384,13 @@ def test_a_token_waits_only_where_it_may_read_and_the_wait_changes_nothing_it_ma
     assert metric(base, "metaservice_version_waiters") == 0
     # team-a's job token reads team-b's tables today (reads are open to every role; its table scope bounds
     # writes): it may wait on them just as it may read them, and no more
-    plain = call(base, tokens["team-a"], "POST", "/versions", json={"tables": [TEAM_B], "consistency": "weak"})
+    plain = request_as(base, tokens["team-a"], "POST", "/versions", json={"tables": [TEAM_B], "consistency": "weak"})
     assert plain.status_code == 200 and plain.json()["barrier"] == t1
     pending = in_background(pool, lambda: post_versions(base, bounded, token=tokens["team-a"]))
     wait_for_waiters(base)
-    denied = call(base, tokens["team-a"], "POST", f"/jobs/team-b.load/barriers/{t1}/commit", json={"snapshots": {}})
+    denied = request_as(
+        base, tokens["team-a"], "POST", f"/jobs/team-b.load/barriers/{t1}/commit", json={"snapshots": {}}
+    )
     assert_problem(denied, 403, "forbidden")
     assert not pending.done()
     t2 = run_team_b(2)

@@ -29,6 +29,7 @@ from schemathesis.core.result import Err
 from metaservice.app import create_app
 from metaservice.settings import Settings
 from tests import support
+from tests.support.pipelines import seed_history
 
 EXAMPLES_PER_OPERATION = 20
 # Every check that applies to one request (the stateful and auth ones need links or credentials we do not have).
@@ -87,21 +88,9 @@ def _runs() -> list[tuple[str, GenerationMode]]:
 def _seed(base_url: str) -> None:
     """A small pipeline with history, so list and detail answers carry real objects to validate."""
     with httpx.Client(base_url=base_url, timeout=30) as api:
-        for role, job, table in (
-            ("source", "enrich", "lake/raw/orders"),
-            ("sink", "enrich", "lake/mart/orders_enriched"),
-            ("source", "revenue", "lake/mart/orders_enriched"),
-            ("sink", "revenue", "lake/mart/revenue"),
-        ):
-            assert api.post(f"/register/{role}/{job}/{table}", json={"format": "delta"}).status_code == 201
-        first = api.post("/jobs/enrich/barriers/next", json={"root_snapshots": {"lake.raw.orders": 1}}).json()
-        commit = {"snapshots": {"lake.mart.orders_enriched": 1}}
-        assert api.post(f"/jobs/enrich/barriers/{first['barrier']}/commit", json=commit).status_code == 200
-        assert api.post("/jobs/revenue/barriers/next").json()["action"] == "process"  # left in flight
+        seed_history(api)
         second = api.post("/jobs/enrich/barriers/next", json={"root_snapshots": {"lake.raw.orders": 2}}).json()
         assert api.post(f"/jobs/enrich/barriers/{second['barrier']}/abort", json={"reason": "seed"}).status_code == 200
-        lease = {"holder": "seed", "snapshots": {"lake.raw.orders": 1}}
-        assert api.post("/leases", json=lease).status_code == 201
 
 
 @pytest.fixture(scope="module", name="live")

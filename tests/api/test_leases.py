@@ -11,21 +11,9 @@ import psycopg
 import pytest
 
 from tests import support
+from tests.support import assert_problem, table_path
 
 ORDERS, ENRICHED = "lake.raw.orders", "lake.mart.orders_enriched"
-PROBLEM_JSON = "application/problem+json"
-
-
-def path(table: str) -> str:
-    return table.replace(".", "/")
-
-
-def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith(PROBLEM_JSON)
-    body = dict(response.json())
-    assert body["code"] == code and body["status"] == status
-    return body
 
 
 def lease(api: httpx.Client, snapshots: dict[str, int], *, holder: str = "dashboard-7", **extra: Any) -> dict[str, Any]:
@@ -41,8 +29,8 @@ def expires(body: dict[str, Any]) -> datetime:
 @pytest.fixture(name="enrich")
 def fx_enrich(api: httpx.Client) -> httpx.Client:
     """orders ──► enrich ──► orders_enriched, registered."""
-    assert api.post(f"/register/source/enrich/{path(ORDERS)}").status_code == 201
-    assert api.post(f"/register/sink/enrich/{path(ENRICHED)}").status_code == 201
+    assert api.post(f"/register/source/enrich/{table_path(ORDERS)}").status_code == 201
+    assert api.post(f"/register/sink/enrich/{table_path(ENRICHED)}").status_code == 201
     return api
 
 
@@ -135,7 +123,7 @@ def test_expiry_follows_the_database_clock(enrich: httpx.Client, database_url: s
     assert_problem(api.get(url), 404, "not_found")
     assert_problem(api.post(f"{url}/renew"), 404, "not_found")
     assert_problem(api.delete(url), 404, "not_found")
-    reasons = [p["reason"] for p in api.get(f"/tables/{path(ORDERS)}/retention").json()["protected"]]
+    reasons = [p["reason"] for p in api.get(f"/tables/{table_path(ORDERS)}/retention").json()["protected"]]
     assert reasons == ["lease:other"]
     assert api.get(f"/leases/{other['lease_id']}").status_code == 200
 
@@ -145,13 +133,13 @@ def test_a_short_lease_expires_by_itself(enrich: httpx.Client) -> None:
     url = f"/leases/{lease(api, {ORDERS: 1}, ttl_seconds=1)['lease_id']}"
     support.wait_until(lambda: api.get(url).status_code == 404, timeout=15, what="the 1 s lease to expire")
     assert_problem(api.get(url), 404, "not_found")
-    assert api.get(f"/tables/{path(ORDERS)}/retention").json()["protected"] == []
+    assert api.get(f"/tables/{table_path(ORDERS)}/retention").json()["protected"] == []
 
 
 def test_retention_protects_in_flight_inputs_leases_the_strong_version_and_the_newest(enrich: httpx.Client) -> None:
     api = enrich
     assert_problem(api.get("/tables/lake/raw/nope/retention"), 404, "not_found")
-    assert api.get(f"/tables/{path(ORDERS)}/retention").json() == {
+    assert api.get(f"/tables/{table_path(ORDERS)}/retention").json() == {
         "table": ORDERS,
         "oldest_protected_snapshot_id": None,
         "protected": [],
@@ -164,7 +152,7 @@ def test_retention_protects_in_flight_inputs_leases_the_strong_version_and_the_n
     b1, b2 = first["barrier"], second["barrier"]
     held = lease(api, {ORDERS: 0, ENRICHED: 0}, holder="dash")
 
-    assert api.get(f"/tables/{path(ORDERS)}/retention").json() == {
+    assert api.get(f"/tables/{table_path(ORDERS)}/retention").json() == {
         "table": ORDERS,
         "oldest_protected_snapshot_id": 0,
         "protected": [
@@ -176,16 +164,16 @@ def test_retention_protects_in_flight_inputs_leases_the_strong_version_and_the_n
         ],
     }
     assert api.delete(f"/leases/{held['lease_id']}").status_code == 204
-    after = api.get(f"/tables/{path(ORDERS)}/retention").json()
+    after = api.get(f"/tables/{table_path(ORDERS)}/retention").json()
     assert after["oldest_protected_snapshot_id"] == 1
     assert "lease:dash" not in [p["reason"] for p in after["protected"]]
 
     assert api.post(f"/jobs/enrich/barriers/{b2}/commit", json={"snapshots": {ENRICHED: 1}}).is_success
-    assert api.get(f"/tables/{path(ORDERS)}/retention").json()["protected"] == [
+    assert api.get(f"/tables/{table_path(ORDERS)}/retention").json()["protected"] == [
         {"snapshot_id": 2, "reason": "newest"},
         {"snapshot_id": 2, "reason": f"strong_version@{b2}"},
     ]
-    assert api.get(f"/tables/{path(ENRICHED)}/retention").json() == {
+    assert api.get(f"/tables/{table_path(ENRICHED)}/retention").json() == {
         "table": ENRICHED,
         "oldest_protected_snapshot_id": 1,
         "protected": [

@@ -8,7 +8,16 @@ import httpx
 import pytest
 
 from metaservice.schemas import LineageGraph
-from tests.api.test_delays import AUDIT, CUSTOMERS, DIAMOND, DIM, ENRICHED, ORDERS, REVENUE, Driver
+from tests.support.pipelines import (
+    AUDIT,
+    CUSTOMERS,
+    DIAMOND,
+    DIM,
+    ENRICHED,
+    ORDERS,
+    REVENUE,
+    Driver,
+)
 
 Graph = dict[str, Any]
 

@@ -11,12 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from metaservice.db import migrate
 from tests import support
-from tests.api.test_auth import create_token
-from tests.api.test_changing_lineage import Flow
-from tests.api.test_metrics import by_label, scrape
-from tests.model.wire import path
+from tests.support import Token, by_label, scrape, table_path
+from tests.support.pipelines import (
+    Flow,
+)
 
 R, S, A = "lake.raw.r", "lake.raw.s", "lake.mart.a"
 
@@ -44,7 +43,7 @@ def fx_changed(api: httpx.Client) -> dict[str, Any]:
     b1 = flow.issue()
     assert flow.run("j1", {A: 10}) == b1
     flow.register("j1", sources=[S])
-    api.delete(f"/register/sink/j1/{path(A)}").raise_for_status()
+    api.delete(f"/register/sink/j1/{table_path(A)}").raise_for_status()
     flow.register("j2", sources=[R], sinks=[A])
     changes = api.get("/lineage/changes").json()["changes"]
     b2 = flow.issue()
@@ -166,7 +165,7 @@ def test_changes_are_listed_newest_first_with_their_barriers(api: httpx.Client, 
 
 
 def delay(api: httpx.Client, table: str) -> dict[str, Any]:
-    answer = api.get(f"/tables/{path(table)}/delay")
+    answer = api.get(f"/tables/{table_path(table)}/delay")
     assert answer.status_code == 200, answer.text
     return dict(answer.json())
 
@@ -239,17 +238,14 @@ def test_lag_follows_the_oldest_missing_root_data_down_a_chain(api: httpx.Client
 def fx_secured(
     admin_url: str, worker_id: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, dict[str, str]]]:
-    url = support.fresh_database(admin_url, f"ms_lineage_time_{worker_id}")
-    migrate.upgrade(url)
     tokens = {
-        "admin": create_token(url, "ops", "admin"),
-        "job": create_token(url, "team-a-runner", "job", "team-a.*", tables=("lake.team_a.*",)),
-        "reader": create_token(url, "dashboard", "reader"),
+        "admin": Token("ops", "admin"),
+        "job": Token("team-a-runner", "job", ("team-a.*",), tables=("lake.team_a.*",)),
+        "reader": Token("dashboard", "reader"),
     }
-    log = tmp_path_factory.mktemp("lineage-time-auth") / "server.log"
-    server = support.ServerProcess(url, env={"METASERVICE_AUTH_ENABLED": "true"}, log_path=log).start()
-    yield server.base_url, tokens
-    server.stop()
+    database, log = f"ms_lineage_time_{worker_id}", tmp_path_factory.mktemp("lineage-time-auth") / "server.log"
+    with support.secured_server(admin_url, database, tokens, log_path=log) as (server, secrets):
+        yield server.base_url, secrets
 
 
 def test_with_auth_every_token_reads_history_like_the_graph_and_no_token_reads_nothing(

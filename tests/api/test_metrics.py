@@ -3,52 +3,22 @@
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-from prometheus_client.samples import Sample
 
 from tests import support
-from tests.api.test_delays import CHAIN, MART_B, MART_C, MART_D, RAW_A, Driver
-
-Samples = dict[str, list[Sample]]
-
-
-def scrape_once(api: httpx.Client) -> Samples:
-    response = api.get("/metrics")
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
-    samples: Samples = {}
-    for family in text_string_to_metric_families(response.text):
-        for sample in family.samples:
-            samples.setdefault(sample.name, []).append(sample)
-    return samples
-
-
-def scrape(api: httpx.Client) -> Samples:
-    """A scrape whose database figures were read after this call started (they are refreshed in the background:
-    wait for the condition, with a deadline)."""
-    since = time.time()
-    found: list[Samples] = []
-
-    def fresh() -> bool:
-        samples = scrape_once(api)
-        read_at = samples.get("metaservice_figures_read_timestamp_seconds")
-        if read_at and read_at[0].value >= since:
-            found.append(samples)
-            return True
-        return False
-
-    support.wait_until(fresh, timeout=30, what="/metrics figures read after the actions")
-    return found[-1]
-
-
-def by_label(samples: Samples, name: str, label: str) -> dict[str, float]:
-    return {s.labels[label]: s.value for s in samples.get(name, [])}
+from tests.support import Samples, by_label, scrape, scrape_once
+from tests.support.pipelines import (
+    CHAIN,
+    MART_B,
+    MART_C,
+    MART_D,
+    RAW_A,
+    Driver,
+)
 
 
 @pytest.fixture(name="chain")

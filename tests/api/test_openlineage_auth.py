@@ -13,9 +13,8 @@ import requests
 from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
 from openlineage.client.transport.http import ApiKeyTokenProvider, HttpConfig, HttpTransport, TokenProvider
 
-from metaservice.db import migrate
 from tests import support
-from tests.api.test_auth import call, create_token
+from tests.support import Token, request_as
 
 pytestmark = pytest.mark.xdist_group("auth")
 
@@ -24,17 +23,14 @@ pytestmark = pytest.mark.xdist_group("auth")
 def fx_secured(
     admin_url: str, worker_id: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[str, dict[str, str]]]:
-    url = support.fresh_database(admin_url, f"ms_ol_auth_{worker_id}")
-    migrate.upgrade(url)
     tokens = {
-        "admin": create_token(url, "ops", "admin"),
-        "job": create_token(url, "team-a", "job", "team-a.*", tables=("lake.team_a.*",)),
-        "reader": create_token(url, "dashboards", "reader"),
+        "admin": Token("ops", "admin"),
+        "job": Token("team-a", "job", ("team-a.*",), tables=("lake.team_a.*",)),
+        "reader": Token("dashboards", "reader"),
     }
-    log = tmp_path_factory.mktemp("ol-auth") / "server.log"
-    server = support.ServerProcess(url, env={"METASERVICE_AUTH_ENABLED": "true"}, log_path=log).start()
-    yield server.base_url, tokens
-    server.stop()
+    database, log = f"ms_ol_auth_{worker_id}", tmp_path_factory.mktemp("ol-auth") / "server.log"
+    with support.secured_server(admin_url, database, tokens, log_path=log) as (server, secrets):
+        yield server.base_url, secrets
 
 
 def emit(base: str, token: str | None, job: str, inputs: list[str], outputs: list[str]) -> requests.Response:
@@ -69,21 +65,21 @@ def test_a_job_token_posts_events_for_its_own_jobs_only(secured: tuple[str, dict
     assert answer.status_code == 201, answer.text
     body = refused(emit(base, tokens["job"], "team-b.enrich", ["lake.raw.x"], []), 403, "forbidden")
     assert body["job_id"] == "team-b.enrich" and "team-b.enrich" in body["detail"]
-    assert call(base, tokens["admin"], "GET", "/jobs/team-b.enrich").status_code == 404
-    assert call(base, tokens["admin"], "GET", "/tables/lake/raw/x").status_code == 404
+    assert request_as(base, tokens["admin"], "GET", "/jobs/team-b.enrich").status_code == 404
+    assert request_as(base, tokens["admin"], "GET", "/tables/lake/raw/x").status_code == 404
 
 
 def test_a_job_token_registers_sinks_only_inside_its_namespaces(secured: tuple[str, dict[str, str]]) -> None:
     base, tokens = secured
     body = refused(emit(base, tokens["job"], "team-a.spill", ["lake.raw.y"], ["lake.team_b.spill"]), 403, "forbidden")
     assert body["tables"] == ["lake.team_b.spill"]
-    assert call(base, tokens["admin"], "GET", "/jobs/team-a.spill").status_code == 404  # the source neither
-    assert call(base, tokens["admin"], "GET", "/tables/lake/raw/y").status_code == 404
+    assert request_as(base, tokens["admin"], "GET", "/jobs/team-a.spill").status_code == 404  # the source neither
+    assert request_as(base, tokens["admin"], "GET", "/tables/lake/raw/y").status_code == 404
 
 
 def test_readers_and_anonymous_callers_may_not_post_events(secured: tuple[str, dict[str, str]]) -> None:
     base, tokens = secured
     refused(emit(base, tokens["reader"], "team-a.read", ["lake.raw.z"], []), 403, "forbidden")
     refused(emit(base, None, "team-a.read", ["lake.raw.z"], []), 401, "unauthorized")
-    assert call(base, tokens["admin"], "GET", "/jobs/team-a.read").status_code == 404
+    assert request_as(base, tokens["admin"], "GET", "/jobs/team-a.read").status_code == 404
     assert emit(base, tokens["admin"], "anyone", ["lake.raw.z"], ["lake.any.where"]).status_code == 201

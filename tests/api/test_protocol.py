@@ -7,75 +7,19 @@ customers ► dims ───► customer_dim ─────┘
 
 from __future__ import annotations
 
-from typing import Any
-
 import httpx
 import pytest
 
-ORDERS, CUSTOMERS = "lake.raw.orders", "lake.raw.customers"
-ENRICHED, AUDIT, DIM, REVENUE = (
-    "lake.mart.orders_enriched",
-    "lake.mart.order_audit",
-    "lake.mart.customer_dim",
-    "lake.mart.revenue_by_day",
+from tests.support import table_path
+from tests.support.pipelines import (
+    AUDIT,
+    CUSTOMERS,
+    DIM,
+    ENRICHED,
+    ORDERS,
+    REVENUE,
+    Pipeline,
 )
-
-JOBS = {
-    "enrich": ([ORDERS], [ENRICHED]),
-    "audit": ([ORDERS], [AUDIT]),
-    "dims": ([CUSTOMERS], [DIM]),
-    "revenue": ([ENRICHED, DIM], [REVENUE]),
-}
-
-
-def path(table: str) -> str:
-    return table.replace(".", "/")
-
-
-class Pipeline:
-    """Drives jobs through the API like the client library would, asserting every call succeeds."""
-
-    def __init__(self, api: httpx.Client) -> None:
-        self.api = api
-        self.snapshots: dict[str, int] = {}
-
-    def register(self, jobs: dict[str, tuple[list[str], list[str]]] = JOBS) -> None:
-        for job, (sources, sinks) in jobs.items():
-            for table in sources:
-                assert self.api.post(f"/register/source/{job}/{path(table)}").status_code in (200, 201)
-            for table in sinks:
-                assert self.api.post(f"/register/sink/{job}/{path(table)}").status_code in (200, 201)
-
-    def next(self, job: str, **roots: int) -> dict[str, Any]:
-        """`next` for `job`, reporting the root snapshots it reads; the others (which a job may not report) are
-        reported by the ingestion endpoint first, so one barrier seals them all."""
-        reported = {f"lake.raw.{name}": v for name, v in roots.items()}
-        for table, snapshot in reported.items():
-            if table not in JOBS[job][0]:
-                answer = self.api.post(f"/tables/{path(table)}/snapshots", json={"snapshot_id": snapshot})
-                assert answer.status_code == 200, answer.text
-        body = {"root_snapshots": {t: v for t, v in reported.items() if t in JOBS[job][0]}}
-        response = self.api.post(f"/jobs/{job}/barriers/next", json=body)
-        assert response.status_code == 200, response.text
-        return dict(response.json())
-
-    def commit(self, job: str, barrier: int, **outputs: int) -> httpx.Response:
-        return self.api.post(f"/jobs/{job}/barriers/{barrier}/commit", json={"snapshots": outputs})
-
-    def run(self, job: str, **roots: int) -> dict[str, Any]:
-        """One job step: process the offered barrier by writing a new snapshot of each sink."""
-        decision = self.next(job, **roots)
-        if decision["action"] == "process":
-            outputs = {}
-            for sink in JOBS[job][1]:
-                self.snapshots[sink] = self.snapshots.get(sink, -1) + 1
-                outputs[sink] = self.snapshots[sink]
-            response = self.commit(job, decision["barrier"], **outputs)
-            assert response.status_code == 200, response.text
-        return decision
-
-    def versions(self, tables: list[str], consistency: str) -> httpx.Response:
-        return self.api.post("/versions", json={"tables": tables, "consistency": consistency})
 
 
 @pytest.fixture(name="pipeline")
@@ -114,7 +58,7 @@ def test_barrier_is_reoffered_with_the_same_inputs_until_committed(pipeline: Pip
     again = pipeline.next("enrich", orders=2)  # a newer root snapshot does not change the barrier in flight
     assert again == first
     # nor is it recorded or sealed meanwhile: a repeated `next` changes nothing
-    assert pipeline.api.get(f"/tables/{path(ORDERS)}").json()["latest_snapshot_id"] == 1
+    assert pipeline.api.get(f"/tables/{table_path(ORDERS)}").json()["latest_snapshot_id"] == 1
     assert [b["barrier"] for b in pipeline.api.get("/barriers").json()["barriers"]] == [first["barrier"]]
     assert pipeline.commit("enrich", first["barrier"], **{ENRICHED: 0}).status_code == 200
     following = pipeline.next("enrich", orders=2)
@@ -140,7 +84,7 @@ def test_job_joining_two_tables_reads_both_at_one_barrier_while_writers_progress
     assert pipeline.commit("enrich", t2, **{ENRICHED: 1}).status_code == 200
 
     joined = pipeline.run("revenue")  # customers did not change: MetaService completes t2 for dims unasked
-    assert pipeline.api.get(f"/tables/{path(DIM)}").json()["newest_complete_barrier"] == t2
+    assert pipeline.api.get(f"/tables/{table_path(DIM)}").json()["newest_complete_barrier"] == t2
     assert pipeline.api.get("/jobs/dims/barriers").json()["runs"][0]["status"] == "idle"
     assert joined["barrier"] == t2
     assert joined["inputs"] == {
@@ -181,7 +125,7 @@ def test_weak_is_freshest_per_query_and_strong_covers_the_component_without_goin
     result = pipeline.versions([ENRICHED, REVENUE, DIM], "strong").json()
     assert result == {"consistency": "strong", "barrier": t2, "versions": {ENRICHED: 1, REVENUE: 1, DIM: 0}}
     assert strong_seen == sorted(strong_seen)
-    single = pipeline.api.get(f"/version/strong/{path(REVENUE)}").json()
+    single = pipeline.api.get(f"/version/strong/{table_path(REVENUE)}").json()
     assert single == {"table": REVENUE, "consistency": "strong", "barrier": t2, "snapshot_id": 1}
 
 
@@ -198,7 +142,7 @@ def test_commit_is_exactly_once(pipeline: Pipeline) -> None:
     assert pipeline.commit("enrich", barrier, **{ENRICHED: 5}).json() == first.json()
     conflict = pipeline.commit("enrich", barrier, **{ENRICHED: 6})
     assert conflict.status_code == 409 and conflict.json()["code"] == "snapshot_conflict"
-    ranges = pipeline.api.get(f"/tables/{path(ENRICHED)}/barriers").json()["ranges"]
+    ranges = pipeline.api.get(f"/tables/{table_path(ENRICHED)}/barriers").json()["ranges"]
     assert ranges == [{"first_barrier": barrier, "last_barrier": barrier, "snapshot_id": 5, "how": "committed"}]
 
 
@@ -233,7 +177,7 @@ def test_idle_job_catches_up_many_barriers_in_one_call(pipeline: Pipeline) -> No
     barriers = [pipeline.api.post("/barriers").json()["barrier"] for _ in range(50)]
     decision = pipeline.next("dims")
     assert decision["action"] == "idle"
-    ranges = pipeline.api.get(f"/tables/{path(DIM)}/barriers").json()["ranges"]
+    ranges = pipeline.api.get(f"/tables/{table_path(DIM)}/barriers").json()["ranges"]
     assert len(ranges) == 1 and ranges[0]["last_barrier"] == barriers[-1]
     runs = pipeline.api.get("/jobs/dims/barriers").json()["runs"]
     assert [r["status"] for r in runs] == ["idle", "committed"]
@@ -245,17 +189,17 @@ def test_storage_grows_with_snapshots_not_barriers(pipeline: Pipeline) -> None:
     for _ in range(30):
         pipeline.api.post("/barriers")
         pipeline.next("dims")
-    assert len(pipeline.api.get(f"/tables/{path(CUSTOMERS)}/barriers").json()["ranges"]) == 1
-    assert len(pipeline.api.get(f"/tables/{path(DIM)}/barriers").json()["ranges"]) == 1
+    assert len(pipeline.api.get(f"/tables/{table_path(CUSTOMERS)}/barriers").json()["ranges"]) == 1
+    assert len(pipeline.api.get(f"/tables/{table_path(DIM)}/barriers").json()["ranges"]) == 1
     assert len(pipeline.api.get("/jobs/dims/barriers").json()["runs"]) == 2
 
 
 def test_registration_is_idempotent(api: httpx.Client) -> None:
-    first = api.post(f"/register/sink/enrich/{path(ENRICHED)}", json={"format": "delta", "location": "/lake/x"})
+    first = api.post(f"/register/sink/enrich/{table_path(ENRICHED)}", json={"format": "delta", "location": "/lake/x"})
     assert first.status_code == 201
-    again = api.post(f"/register/sink/enrich/{path(ENRICHED)}")
+    again = api.post(f"/register/sink/enrich/{table_path(ENRICHED)}")
     assert again.status_code == 200 and again.json()["created"] is False
-    table = api.get(f"/tables/{path(ENRICHED)}").json()
+    table = api.get(f"/tables/{table_path(ENRICHED)}").json()
     assert (table["writer"], table["format"], table["location"]) == ("enrich", "delta", "/lake/x")
 
 
@@ -268,9 +212,9 @@ def test_unregister_drops_edges_keeps_history_and_frees_the_table(pipeline: Pipe
     assert (job["is_active"], job["sources"], job["sinks"], job["in_flight_barrier"]) == (False, [], [], None)
     runs = pipeline.api.get("/jobs/enrich/barriers").json()["runs"]
     assert [(r["barrier"], r["status"]) for r in runs] == [(in_flight, "aborted"), (t1, "committed")]
-    table = pipeline.api.get(f"/tables/{path(ENRICHED)}").json()
+    table = pipeline.api.get(f"/tables/{table_path(ENRICHED)}").json()
     assert (table["kind"], table["writer"]) == ("root", None)
-    claimed = pipeline.api.post(f"/register/sink/other/{path(ENRICHED)}")
+    claimed = pipeline.api.post(f"/register/sink/other/{table_path(ENRICHED)}")
     assert claimed.status_code == 201
 
 

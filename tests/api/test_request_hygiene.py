@@ -19,30 +19,15 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 
 from tests import support
+from tests.support import assert_problem, table_path
 
 ORDERS, ENRICHED = "lake.raw.orders", "lake.mart.orders_enriched"
-PROBLEM_JSON = "application/problem+json"
 FORGED = "2026-11-23 20:00:00,000 INFO metaservice.access [forged] 127.0.0.1"
-
-
-def path(table: str) -> str:
-    return table.replace(".", "/")
-
-
-def problem(response: httpx.Response, status: int, code: str, *, names: tuple[str, ...] = ()) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith(PROBLEM_JSON)
-    body = dict(response.json())
-    assert body["status"] == status and body["code"] == code and body["type"] == f"/problems/{code}"
-    for name in names:
-        assert name in body["detail"], (name, body["detail"])
-    return body
 
 
 def barriers(api: httpx.Client) -> list[int]:
@@ -50,7 +35,7 @@ def barriers(api: httpx.Client) -> list[int]:
 
 
 def latest_snapshot(api: httpx.Client, table: str) -> int | None:
-    response = api.get(f"/tables/{path(table)}")
+    response = api.get(f"/tables/{table_path(table)}")
     assert response.status_code == 200, response.text
     value: int | None = response.json()["latest_snapshot_id"]
     return value
@@ -62,8 +47,8 @@ def post_raw(api: httpx.Client, url: str, body: bytes, **headers: str) -> httpx.
 
 @pytest.fixture(name="enrich")
 def fx_enrich(api: httpx.Client) -> httpx.Client:
-    assert api.post(f"/register/source/enrich/{path(ORDERS)}").status_code == 201
-    assert api.post(f"/register/sink/enrich/{path(ENRICHED)}").status_code == 201
+    assert api.post(f"/register/source/enrich/{table_path(ORDERS)}").status_code == 201
+    assert api.post(f"/register/sink/enrich/{table_path(ENRICHED)}").status_code == 201
     return api
 
 
@@ -180,9 +165,9 @@ def test_snapshot_ids_must_be_json_integers(enrich: httpx.Client, number: str) -
             f'{{"root_snapshots": {{"{ORDERS}": {number}}}}}',
             ["body", "root_snapshots", ORDERS],
         ),
-        (f"/tables/{path(ORDERS)}/snapshots", f'{{"snapshot_id": {number}}}', ["body", "snapshot_id"]),
+        (f"/tables/{table_path(ORDERS)}/snapshots", f'{{"snapshot_id": {number}}}', ["body", "snapshot_id"]),
     ):
-        answer = problem(post_raw(api, url, body.encode()), 422, "invalid_request")
+        answer = assert_problem(post_raw(api, url, body.encode()), 422, "invalid_request")
         assert [e["loc"] for e in answer["errors"]] == [loc], answer
     assert barriers(api) == []
     assert latest_snapshot(api, ORDERS) is None
@@ -194,7 +179,7 @@ def test_commit_snapshots_must_be_json_integers(enrich: httpx.Client) -> None:
     decision = api.post("/jobs/enrich/barriers/next", json={"root_snapshots": {ORDERS: 3}}).json()
     assert decision["action"] == "process", decision
     url = f"/jobs/enrich/barriers/{decision['barrier']}/commit"
-    problem(post_raw(api, url, f'{{"snapshots": {{"{ENRICHED}": 1.0}}}}'.encode()), 422, "invalid_request")
+    assert_problem(post_raw(api, url, f'{{"snapshots": {{"{ENRICHED}": 1.0}}}}'.encode()), 422, "invalid_request")
     assert latest_snapshot(api, ENRICHED) is None
     assert api.get("/jobs/enrich").json()["in_flight_barrier"] == decision["barrier"]
     assert api.post(url, json={"snapshots": {ENRICHED: 1}}).status_code == 200
@@ -211,7 +196,7 @@ def test_barrier_path_segments_are_plain_digits(api: httpx.Client, segment: str)
     fullwidth = "".join(chr(0xFF10 + int(d)) for d in str(b))  # digits of another script: str.isdigit() says yes
     bad = segment.format(b=b, fullwidth=fullwidth)
     assert api.get(f"/barriers/{b}").status_code == 200  # the plain form names the barrier
-    body = problem(api.get(f"/barriers/{bad}"), 422, "invalid_request")
+    body = assert_problem(api.get(f"/barriers/{bad}"), 422, "invalid_request")
     assert [e["loc"] for e in body["errors"]] == [["path", "barrier"]], body
     assert "barrier" not in body  # never parsed into a number (a 404 would echo it)
 
@@ -220,7 +205,7 @@ def test_commit_on_a_barrier_segment_that_is_not_plain_digits_commits_nothing(en
     api = enrich
     decision = api.post("/jobs/enrich/barriers/next", json={"root_snapshots": {ORDERS: 3}}).json()
     response = api.post(f"/jobs/enrich/barriers/+{decision['barrier']}/commit", json={"snapshots": {ENRICHED: 1}})
-    problem(response, 422, "invalid_request")
+    assert_problem(response, 422, "invalid_request")
     assert latest_snapshot(api, ENRICHED) is None
     assert api.get("/jobs/enrich").json()["in_flight_barrier"] == decision["barrier"]
 
@@ -241,7 +226,7 @@ def test_commit_on_a_barrier_segment_that_is_not_plain_digits_commits_nothing(en
 def test_body_in_another_encoding_is_invalid_request(enrich: httpx.Client, encoding: str, named: str) -> None:
     api = enrich
     body = json.dumps({"root_snapshots": {ORDERS: 7}}).encode(encoding)
-    answer = problem(post_raw(api, "/barriers", body), 422, "invalid_request", names=(named,))
+    answer = assert_problem(post_raw(api, "/barriers", body), 422, "invalid_request", names=(named,))
     assert answer["errors"] == [{"loc": ["body"], "msg": answer["errors"][0]["msg"], "type": "json_encoding"}]
     assert barriers(api) == []
     assert latest_snapshot(api, ORDERS) is None
@@ -251,7 +236,7 @@ def test_body_declared_in_another_charset_is_invalid_request(enrich: httpx.Clien
     api = enrich
     body = json.dumps({"root_snapshots": {ORDERS: 7}}).encode()
     response = post_raw(api, "/barriers", body, **{"content-type": "application/json; charset=iso-8859-1"})
-    problem(response, 422, "invalid_request", names=("UTF-8", "iso-8859-1"))
+    assert_problem(response, 422, "invalid_request", names=("UTF-8", "iso-8859-1"))
     assert barriers(api) == []
     assert post_raw(api, "/barriers", body, **{"content-type": "application/json; charset=UTF-8"}).status_code == 201
 
@@ -262,12 +247,12 @@ def test_body_declared_in_another_charset_is_invalid_request(enrich: httpx.Clien
         ("/barriers", f'{{"root_snapshots": {{"{ORDERS}": 1, "{ORDERS}": 5}}}}', ORDERS),
         ("/barriers", '{"root_snapshots": {}, "root_snapshots": {"lake.raw.orders": 5}}', "root_snapshots"),
         ("/jobs/enrich/barriers/next", f'{{"root_snapshots": {{"{ORDERS}": 9, "{ORDERS}": 5}}}}', ORDERS),
-        (f"/tables/{path(ORDERS)}/snapshots", '{"snapshot_id": 1, "snapshot_id": 5}', "snapshot_id"),
+        (f"/tables/{table_path(ORDERS)}/snapshots", '{"snapshot_id": 1, "snapshot_id": 5}', "snapshot_id"),
     ],
 )
 def test_duplicate_keys_are_invalid_request(enrich: httpx.Client, url: str, body: str, key: str) -> None:
     api = enrich
-    answer = problem(post_raw(api, url, body.encode()), 422, "invalid_request", names=(key, "repeats"))
+    answer = assert_problem(post_raw(api, url, body.encode()), 422, "invalid_request", names=(key, "repeats"))
     assert answer["errors"][0]["type"] == "json_duplicate_key"
     assert barriers(api) == []
     assert latest_snapshot(api, ORDERS) is None
@@ -280,7 +265,7 @@ def test_duplicate_keys_are_invalid_request(enrich: httpx.Client, url: str, body
 )
 def test_bodies_that_are_not_json_text_are_invalid_request(enrich: httpx.Client, body: bytes, named: str) -> None:
     api = enrich
-    problem(post_raw(api, "/barriers", body), 422, "invalid_request", names=(named,))
+    assert_problem(post_raw(api, "/barriers", body), 422, "invalid_request", names=(named,))
     assert barriers(api) == []
 
 
@@ -292,7 +277,7 @@ def test_trailing_slash_is_a_404_problem_and_never_a_redirect(enrich: httpx.Clie
     api = enrich
     target = "/jobs/enrich/barriers" if method == "GET" else "/barriers"
     response = api.request(method, f"{target}/", headers={"Host": "evil.example"}, follow_redirects=False)
-    problem(response, 404, "not_found", names=(f"without the trailing slash: {target}",))
+    assert_problem(response, 404, "not_found", names=(f"without the trailing slash: {target}",))
     assert "location" not in response.headers
     assert barriers(api) == []
 

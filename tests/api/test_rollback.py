@@ -14,47 +14,21 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support import ServerProcess
-
-ORDERS, CUSTOMERS = "lake.raw.orders", "lake.raw.customers"
-ENRICHED, AUDIT, DIM, REVENUE = (
-    "lake.mart.orders_enriched",
-    "lake.mart.order_audit",
-    "lake.mart.customer_dim",
-    "lake.mart.revenue_by_day",
-)
-JOBS: dict[str, tuple[list[str], list[str]]] = {
-    "enrich": ([ORDERS], [ENRICHED]),
-    "audit": ([ORDERS], [AUDIT]),
-    "dims": ([CUSTOMERS], [DIM]),
-    "revenue": ([ENRICHED, DIM], [REVENUE]),
-}
-PROBLEM_JSON = "application/problem+json"
-
-
-def path(table: str) -> str:
-    return table.replace(".", "/")
-
-
-def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith(PROBLEM_JSON)
-    body = dict(response.json())
-    assert body["code"] == code and body["status"] == status
-    return body
+from tests.support import ServerProcess, assert_problem, table_path
+from tests.support.pipelines import AUDIT, CUSTOMERS, DIAMOND, DIM, ENRICHED, ORDERS, REVENUE, Lineage
 
 
 class Lake:
     """Drives the pipeline like the client library would and plays storage: every write is a new version."""
 
-    def __init__(self, api: httpx.Client, jobs: dict[str, tuple[list[str], list[str]]] = JOBS) -> None:
+    def __init__(self, api: httpx.Client, jobs: Lineage = DIAMOND) -> None:
         self.api, self.jobs = api, jobs
         self.versions: dict[str, int] = {}
         for job, (sources, sinks) in jobs.items():
             for table in sources:
-                assert api.post(f"/register/source/{job}/{path(table)}").status_code in (200, 201)
+                assert api.post(f"/register/source/{job}/{table_path(table)}").status_code in (200, 201)
             for table in sinks:
-                assert api.post(f"/register/sink/{job}/{path(table)}").status_code in (200, 201)
+                assert api.post(f"/register/sink/{job}/{table_path(table)}").status_code in (200, 201)
 
     def write(self, table: str) -> int:
         """A new version of `table` in storage (a write, a restore or a correction)."""
@@ -64,7 +38,7 @@ class Lake:
     def ingest(self, table: str) -> int:
         """A new root snapshot, reported to MetaService."""
         version = self.write(table)
-        response = self.api.post(f"/tables/{path(table)}/snapshots", json={"snapshot_id": version})
+        response = self.api.post(f"/tables/{table_path(table)}/snapshots", json={"snapshot_id": version})
         assert response.status_code == 200, response.text
         return version
 
@@ -96,7 +70,7 @@ class Lake:
         return barrier
 
     def ranges(self, table: str) -> list[tuple[int, int | None, int | None, str]]:
-        body = self.api.get(f"/tables/{path(table)}/barriers").json()
+        body = self.api.get(f"/tables/{table_path(table)}/barriers").json()
         return sorted((r["first_barrier"], r["last_barrier"], r["snapshot_id"], r["how"]) for r in body["ranges"])
 
     def strong(self, tables: list[str]) -> dict[str, Any]:
@@ -209,7 +183,7 @@ def test_bad_root_data_is_rolled_back_and_the_pipeline_recomputes_from_the_corre
     # everything after b1 is forgotten downstream; the root holds its restore snapshot after b1
     for table in (ENRICHED, AUDIT, REVENUE):
         assert lake.ranges(table) == [(b1, b1, 0, "committed")]
-        assert lake.api.get(f"/tables/{path(table)}").json()["latest_snapshot_id"] == 0
+        assert lake.api.get(f"/tables/{table_path(table)}").json()["latest_snapshot_id"] == 0
     assert lake.ranges(ORDERS) == [(b1, b1, 0, "sealed"), (b2, None, 0, "restored")]
     for job in ("enrich", "audit", "revenue"):
         info = lake.api.get(f"/jobs/{job}").json()
@@ -287,11 +261,11 @@ def test_completion_aborts_in_flight_barriers_of_affected_jobs(lake: Lake) -> No
 def test_stale_plan_is_rejected_and_can_be_cancelled(lake: Lake) -> None:
     b1 = lake.barrier()
     planned = plan(lake.api, ORDERS, b1)
-    retention = lake.api.get(f"/tables/{path(ENRICHED)}/retention").json()
+    retention = lake.api.get(f"/tables/{table_path(ENRICHED)}/retention").json()
     assert {"snapshot_id": 0, "reason": f"rollback:{planned['rollback_id']}"} in retention["protected"]
 
     # a new reader of an affected table appears after planning
-    assert lake.api.post(f"/register/source/export/{path(REVENUE)}").status_code == 201
+    assert lake.api.post(f"/register/source/export/{table_path(REVENUE)}").status_code == 201
     assert lake.api.post("/register/sink/export/lake/out/revenue_export").status_code == 201
     stale = assert_problem(lake.api.post(f"/rollbacks/{planned['rollback_id']}/complete"), 409, "rollback_stale")
     assert (stale["jobs_added"], stale["tables_added"]) == (["export"], ["lake.out.revenue_export"])
@@ -303,7 +277,7 @@ def test_stale_plan_is_rejected_and_can_be_cancelled(lake: Lake) -> None:
     assert cancelled.status_code == 200 and cancelled.json()["status"] == "cancelled"
     assert lake.api.post(f"/rollbacks/{planned['rollback_id']}/cancel").json() == cancelled.json()
     assert_problem(lake.api.post(f"/rollbacks/{planned['rollback_id']}/complete"), 409, "rollback_not_planned")
-    retention = lake.api.get(f"/tables/{path(ENRICHED)}/retention").json()
+    retention = lake.api.get(f"/tables/{table_path(ENRICHED)}/retention").json()
     assert not [p for p in retention["protected"] if p["reason"].startswith("rollback:")]
 
     assert lake.api.post("/unregister/export").status_code == 200
@@ -351,9 +325,9 @@ def test_root_snapshot_after_the_restore_can_be_given_with_completion(lake: Lake
     restored = lake.versions[ORDERS]
     done = complete(lake.api, planned["rollback_id"], root_snapshots={ORDERS: restored})
     assert done["status"] == "completed"
-    assert lake.api.get(f"/tables/{path(ORDERS)}").json()["latest_snapshot_id"] == restored
+    assert lake.api.get(f"/tables/{table_path(ORDERS)}").json()["latest_snapshot_id"] == restored
     # a reader that still sees the bad version cannot bring it back
-    response = lake.api.post(f"/tables/{path(ORDERS)}/snapshots", json={"snapshot_id": bad})
+    response = lake.api.post(f"/tables/{table_path(ORDERS)}/snapshots", json={"snapshot_id": bad})
     assert response.json()["latest_snapshot_id"] == restored
     decision = lake.next("audit")
     assert decision["action"] == "process"
@@ -380,7 +354,7 @@ def test_rollback_to_the_newest_barrier_keeps_the_root_open(lake: Lake) -> None:
     planned = plan(lake.api, ORDERS, b2)
     complete(lake.api, planned["rollback_id"])
     assert lake.ranges(ORDERS)[-1] == (b2, None, 1, "sealed")
-    assert lake.api.get(f"/tables/{path(ORDERS)}").json()["latest_snapshot_id"] == 1
+    assert lake.api.get(f"/tables/{table_path(ORDERS)}").json()["latest_snapshot_id"] == 1
     assert lake.next("enrich")["action"] == "idle"  # nothing after b2 to redo, and nothing new sealed
     assert lake.strong([REVENUE])["barrier"] == b2
 
@@ -421,7 +395,7 @@ def test_commits_racing_completion_get_409_or_are_forgotten_never_half_applied(
             job: (
                 "POST",
                 f"/jobs/{job}/barriers/{d['barrier']}/commit",
-                {"snapshots": {JOBS[job][1][0]: lake.write(JOBS[job][1][0])}},
+                {"snapshots": {DIAMOND[job][1][0]: lake.write(DIAMOND[job][1][0])}},
             )
             for job, d in decisions.items()
         }
@@ -438,7 +412,7 @@ def test_commits_racing_completion_get_409_or_are_forgotten_never_half_applied(
             # all or nothing: whichever came first, the job and its sink are back at b1
             info = lake.api.get(f"/jobs/{job}").json()
             assert (info["last_barrier"], info["in_flight_barrier"]) == (b1, None)
-            assert lake.ranges(JOBS[job][1][0]) == [(b1, b1, 0, "committed")]
+            assert lake.ranges(DIAMOND[job][1][0]) == [(b1, b1, 0, "committed")]
             runs = lake.api.get(f"/jobs/{job}/barriers").json()["runs"]
             assert [(r["barrier"], r["status"]) for r in runs] == [(b1, "committed")]
     assert iterations >= 5

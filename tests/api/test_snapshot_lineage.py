@@ -9,14 +9,16 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.api.test_changing_lineage import Flow
-from tests.model.wire import path
+from tests.support import table_path
+from tests.support.pipelines import (
+    Flow,
+)
 
 R, A, B, C = "lake.raw.r", "lake.mart.a", "lake.mart.b", "lake.mart.c"
 
 
 def lineage(api: httpx.Client, table: str, snapshot_id: int | str, **params: Any) -> httpx.Response:
-    return api.get(f"/tables/{path(table)}/snapshots/{snapshot_id}/lineage", params=params)
+    return api.get(f"/tables/{table_path(table)}/snapshots/{snapshot_id}/lineage", params=params)
 
 
 def chain(entry: dict[str, Any]) -> list[tuple[str, int, str | None]]:
@@ -44,7 +46,7 @@ def fx_history(api: httpx.Client) -> dict[str, int]:
     assert flow.run("j2", {B: 20}) == b1
     assert flow.run("j3", {C: 30}) == b1
 
-    api.delete(f"/register/sink/j2/{path(B)}").raise_for_status()
+    api.delete(f"/register/sink/j2/{table_path(B)}").raise_for_status()
     flow.register("j2b", sources=[A], sinks=[B])
     flow.report(R, 2)
     b2 = flow.issue()
@@ -118,7 +120,7 @@ def test_a_root_snapshot_has_no_job_and_a_reported_one_no_barrier_yet(
 @pytest.mark.usefixtures("history")
 def test_unknown_tables_snapshots_and_bad_parameters_are_problems(api: httpx.Client) -> None:
     before = api.get("/tables").json()
-    for table, snapshot, params, status in [
+    cases: list[tuple[str, int | str, dict[str, int], int]] = [
         ("lake.mart.nope", 1, {}, 404),
         (C, 999, {}, 404),
         (C, 29, {}, 404),
@@ -126,7 +128,8 @@ def test_unknown_tables_snapshots_and_bad_parameters_are_problems(api: httpx.Cli
         (C, "+30", {}, 422),
         (C, 30, {"depth": 51}, 422),
         (C, 30, {"depth": -1}, 422),
-    ]:
+    ]
+    for table, snapshot, params, status in cases:
         answer = lineage(api, table, snapshot, **params)
         assert answer.status_code == status, (table, snapshot, params, answer.text)
         assert answer.headers["content-type"].startswith("application/problem+json")

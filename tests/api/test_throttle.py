@@ -1,7 +1,7 @@
 """`METASERVICE_MIN_BARRIER_INTERVAL`: `next` does not issue barriers faster than that; it says how long to wait.
 
-The throttle lives in the allocation function (`metaservice_issue_barrier`, `p_min_interval`), decided under the
-clock lock. An interval of an hour makes the test independent of timing: the second barrier is never due.
+The throttle lives in the allocation function (`metaservice_issue_barriers`, a request's `min_interval`), decided
+under the clock lock. An interval of an hour makes the test independent of timing: the second barrier is never due.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def test_next_within_the_minimum_interval_issues_no_barrier_and_says_how_long_to
     assert done.status_code == 200, done.text
 
     second = api.post("/jobs/enrich/barriers/next", json={"root_snapshots": {"lake.raw.orders": 2}}).json()
-    assert second["action"] != "process", second
+    # the job settled the only barrier and no new one may be issued yet: idle, and how long until one may
+    assert (second["action"], second["barrier"], second["skipped"]) == ("idle", None, []), second
     assert 0 < second["retry_after_seconds"] <= HOUR
     assert [b["barrier"] for b in api.get("/barriers").json()["barriers"]] == [first["barrier"]]
     assert api.get("/tables/lake/raw/orders").json()["latest_snapshot_id"] == 2  # reported, sealed later

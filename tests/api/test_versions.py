@@ -10,7 +10,15 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from tests.api.test_protocol import AUDIT, CUSTOMERS, DIM, ENRICHED, ORDERS, REVENUE, Pipeline
+from tests.support.pipelines import (
+    AUDIT,
+    CUSTOMERS,
+    DIM,
+    ENRICHED,
+    ORDERS,
+    REVENUE,
+    Pipeline,
+)
 
 
 @pytest.fixture(name="pipeline")

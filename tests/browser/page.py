@@ -57,4 +57,6 @@ def click(browser: webdriver.Chrome, css: str, containing: str = "") -> str:
         return None
 
     ignored = (StaleElementReferenceException, NoSuchElementException, ElementClickInterceptedException)
-    return WebDriverWait(browser, DEADLINE, ignored_exceptions=ignored).until(attempt)[0]
+    found = WebDriverWait(browser, DEADLINE, ignored_exceptions=ignored).until(attempt)
+    assert found is not None  # `until` returns only a truthy answer
+    return found[0]

@@ -12,8 +12,17 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests import support
-from tests.api.test_delays import CUSTOMERS, DIAMOND, DIM, ENRICHED, ORDERS, REVENUE, Driver, path
 from tests.browser.page import DEADLINE, click, nodes, visible
+from tests.support import table_path
+from tests.support.pipelines import (
+    CUSTOMERS,
+    DIAMOND,
+    DIM,
+    ENRICHED,
+    ORDERS,
+    REVENUE,
+    Driver,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -52,7 +61,7 @@ def test_page_draws_every_node_and_explains_a_clicked_table(
     graph = api.get("/lineage").json()
     want_tables = {n["id"] for n in graph["nodes"] if n["kind"] == "table"}
     want_jobs = {n["id"] for n in graph["nodes"] if n["kind"] == "job"}
-    expected = api.get(f"/tables/{path(REVENUE)}/delay").json()
+    expected = api.get(f"/tables/{table_path(REVENUE)}/delay").json()
     assert expected["bottleneck_job"] == "dims"
 
     browser.get(f"{server.base_url}/ui?refresh=1")  # redirected to /ui/; refresh every second

@@ -16,9 +16,14 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from metaservice.db import migrate
 from tests import support
-from tests.api.test_auth import create_token
-from tests.api.test_delays import CUSTOMERS, DIAMOND, ORDERS, Driver
 from tests.browser.page import DEADLINE, click, nodes, text, visible
+from tests.support import create_token
+from tests.support.pipelines import (
+    CUSTOMERS,
+    DIAMOND,
+    ORDERS,
+    Driver,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("ui-auth")]
 

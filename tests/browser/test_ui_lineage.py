@@ -15,9 +15,11 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests import support
-from tests.api.test_changing_lineage import Flow
 from tests.browser.page import DEADLINE, click, edges, text, visible
-from tests.model.wire import path
+from tests.support import table_path
+from tests.support.pipelines import (
+    Flow,
+)
 
 pytestmark = pytest.mark.browser
 
@@ -55,7 +57,7 @@ def test_as_of_an_earlier_barrier_shows_the_old_graph_and_now_the_new(
     api: httpx.Client, server: support.ServerProcess, browser: webdriver.Chrome, chain: tuple[Flow, int], tmp_path: Path
 ) -> None:
     flow, b1 = chain
-    api.delete(f"/register/source/j1/{path(R1)}").raise_for_status()  # j1 now reads r2 instead of r1
+    api.delete(f"/register/source/j1/{table_path(R1)}").raise_for_status()  # j1 now reads r2 instead of r1
     flow.register("j1", sources=[R2])
     flow.report(R2, 1)
     flow.issue()
@@ -137,7 +139,7 @@ def test_clicking_a_snapshot_shows_its_lineage_tree_and_tables_show_freshness_an
     tmp_path: Path,
 ) -> None:
     flow, b1 = chain
-    expected = api.get(f"/tables/{path(B)}/snapshots/20/lineage", params={"depth": 4}).json()
+    expected = api.get(f"/tables/{table_path(B)}/snapshots/20/lineage", params={"depth": 4}).json()
     assert flatten(expected) == [
         [0, B, "20", "j2", str(b1)],
         [1, A, "10", "j1", str(b1)],

@@ -12,14 +12,20 @@ import pytest
 
 from spark_client import DeltaCatalog, InvalidRequest, MetaServiceClient, NotFreshEnough, RetryPolicy, consistent_arrow
 from tests import support
-from tests.api.test_freshness import WAIT, metric
-from tests.api.test_protocol import ENRICHED, JOBS, Pipeline
+from tests.support import metric
+from tests.support.pipelines import (
+    DIAMOND,
+    ENRICHED,
+    Pipeline,
+)
+
+WAIT = 20.0  # long enough never to be what ends a read that a write should answer
 
 
 @pytest.fixture(name="pipeline")
 def fx_pipeline(api: httpx.Client) -> Pipeline:
     pipeline = Pipeline(api)
-    pipeline.register({"enrich": JOBS["enrich"]})
+    pipeline.register({"enrich": DIAMOND["enrich"]})
     return pipeline
 
 

@@ -12,22 +12,22 @@ so barriers the call issued are compared by their order; everything else is comp
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
+from alembic.script import ScriptDirectory
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
+from metaservice.db import migrate
 from metaservice.db.allocator import AllocationRequest
 
-_MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations" / "versions"
+_REQUEST_BY_REQUEST = "6e1f3a5b7c92"  # migration 2026-11-24-2200_seal_candidates
 ROOTS = ("lake.raw.a", "lake.raw.b", "lake.raw.c", "lake.raw.d", "lake.raw.e", "lake.raw.o")
 NAMES = (*ROOTS, "lake.mart.m", "lake.mart.h", "lake.raw.nope")
 JOBS = ("reader", "keeper", "busy", "retired", "revived", "ghost")
@@ -35,12 +35,9 @@ KEYS = ("k0", "k1", "k2")
 
 
 def _previous_function() -> str:
-    path = _MIGRATIONS / "2026-11-24-2200_seal_candidates.py"
-    spec = importlib.util.spec_from_file_location("seal_candidates", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    text = str(module.issue_barriers())
+    """The function as migration 2026-11-24-2200 installs it (its frozen copy), renamed into `pg_temp`."""
+    script = ScriptDirectory.from_config(migrate.alembic_config("postgresql://unused/unused"))
+    text = str(script.get_revision(_REQUEST_BY_REQUEST).module.ISSUE_BARRIERS)
     assert text.count("FUNCTION metaservice_issue_barriers(") == 1
     return text.replace("FUNCTION metaservice_issue_barriers(", "FUNCTION pg_temp.previous_issue_barriers(")
 

@@ -23,6 +23,7 @@ import pytest
 
 from metaservice.db import migrate
 from tests import support
+from tests.support import assert_problem, table_path
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("races")]
 
@@ -93,23 +94,11 @@ def race(calls: Sequence[Call]) -> list[httpx.Response]:
         return list(pool.map(send, calls))
 
 
-def path(table: str) -> str:
-    return table.replace(".", "/")
-
-
 def register(cluster: Cluster, job: str, *, sources: Sequence[str], sinks: Sequence[str]) -> None:
     for role, tables in (("source", sources), ("sink", sinks)):
         for table in tables:
-            response = cluster.post(f"/register/{role}/{job}/{path(table)}")
+            response = cluster.post(f"/register/{role}/{job}/{table_path(table)}")
             assert response.status_code == 201, response.text
-
-
-def assert_problem(response: httpx.Response, status: int, code: str) -> dict[str, Any]:
-    assert response.status_code == status, response.text
-    assert response.headers["content-type"].startswith("application/problem+json")
-    body: dict[str, Any] = response.json()
-    assert body["code"] == code, body
-    return body
 
 
 def covering(ranges: Sequence[dict[str, Any]], barrier: int) -> list[dict[str, Any]]:
@@ -193,7 +182,7 @@ def test_exactly_one_of_many_racing_writers_claims_a_table(cluster: Cluster) -> 
         table = f"lake.mart.claimed_{attempt}"
         jobs = [f"writer_{attempt}_{i}" for i in range(racers)]
         responses = race(
-            [Call(cluster.base_url(i), f"/register/sink/{job}/{path(table)}") for i, job in enumerate(jobs)]
+            [Call(cluster.base_url(i), f"/register/sink/{job}/{table_path(table)}") for i, job in enumerate(jobs)]
         )
 
         assert sorted(r.status_code for r in responses) == [201] + [409] * (racers - 1), [r.text for r in responses]
@@ -202,7 +191,7 @@ def test_exactly_one_of_many_racing_writers_claims_a_table(cluster: Cluster) -> 
             if job != winner:
                 body = assert_problem(response, 409, "table_has_writer")
                 assert body["writer"] == winner
-        info = cluster.get(f"/tables/{path(table)}")
+        info = cluster.get(f"/tables/{table_path(table)}")
         assert info["writer"] == winner and info["kind"] == "intermediate"
         assert cluster.get(f"/jobs/{winner}")["sinks"] == [table]
         for job in jobs:
@@ -236,10 +225,10 @@ def test_racing_registrations_never_close_a_cycle(cluster: Cluster) -> None:
         x, y = f"lake.loop.x_{attempt}", f"lake.loop.y_{attempt}"
         a, b = f"loop_a_{attempt}", f"loop_b_{attempt}"
         edges = {
-            (a, "source", x): f"/register/source/{a}/{path(x)}",
-            (a, "sink", y): f"/register/sink/{a}/{path(y)}",
-            (b, "source", y): f"/register/source/{b}/{path(y)}",
-            (b, "sink", x): f"/register/sink/{b}/{path(x)}",
+            (a, "source", x): f"/register/source/{a}/{table_path(x)}",
+            (a, "sink", y): f"/register/sink/{a}/{table_path(y)}",
+            (b, "source", y): f"/register/source/{b}/{table_path(y)}",
+            (b, "sink", x): f"/register/sink/{b}/{table_path(x)}",
         }
         # Every edge is sent twice (a client retrying), in a new order each time, spread over the servers.
         order = [edge for edge in edges for _ in range(2)]
@@ -278,7 +267,7 @@ def test_racing_commits_with_different_snapshots_keep_exactly_one(cluster: Clust
     for response in responses:
         if response.status_code == 409:
             assert assert_problem(response, 409, "snapshot_conflict")["committed"] == winner
-    ranges = cluster.get(f"/tables/{path(OUT)}/barriers")["ranges"]
+    ranges = cluster.get(f"/tables/{table_path(OUT)}/barriers")["ranges"]
     assert ranges == [
         {"first_barrier": barrier, "last_barrier": barrier, "snapshot_id": winner[OUT], "how": "committed"}
     ]
@@ -298,7 +287,7 @@ def test_racing_identical_commits_all_succeed_and_store_one_completion(cluster: 
 
     assert [r.status_code for r in responses] == [200] * racers, [r.text for r in responses]
     assert all(r.json() == {**r.json(), "status": "committed", "snapshots": {OUT: 7}} for r in responses)
-    ranges = cluster.get(f"/tables/{path(OUT)}/barriers")["ranges"]
+    ranges = cluster.get(f"/tables/{table_path(OUT)}/barriers")["ranges"]
     assert ranges == [{"first_barrier": barrier, "last_barrier": barrier, "snapshot_id": 7, "how": "committed"}]
     runs = cluster.get("/jobs/committer/barriers")["runs"]
     assert [(r["barrier"], r["status"], r["outputs"]) for r in runs] == [(barrier, "committed", {OUT: 7})]
@@ -367,7 +356,7 @@ def test_two_jobs_racing_on_a_new_root_snapshot_share_one_barrier(cluster: Clust
 
     listed = [b["barrier"] for b in cluster.get("/barriers")["barriers"]]
     assert listed == sorted(issued.values(), reverse=True)  # one barrier per new root snapshot, no more
-    ranges = cluster.get(f"/tables/{path(ORDERS)}/barriers")["ranges"]
+    ranges = cluster.get(f"/tables/{table_path(ORDERS)}/barriers")["ranges"]
     for snapshot, barrier in issued.items():
         (holding,) = covering(ranges, barrier)
         assert holding["snapshot_id"] == snapshot and holding["first_barrier"] == barrier
@@ -461,7 +450,7 @@ def test_a_next_that_plans_again_seals_a_root_reported_while_it_waited(cluster: 
         hold.wait_for_waiters(1, what="the job's step to wait to write")
         (first,) = [b["barrier"] for b in cluster.get("/barriers")["barriers"]]  # sealed snapshot 1
 
-        reported = cluster.post(f"/tables/{path(ORDERS)}/snapshots", {"snapshot_id": 2})
+        reported = cluster.post(f"/tables/{table_path(ORDERS)}/snapshots", {"snapshot_id": 2})
         assert reported.status_code == 200, reported.text
         hold.blocker.execute("UPDATE jobs SET version = version + 1 WHERE name = %s", ("solo",))
         hold.blocker.commit()
@@ -472,7 +461,7 @@ def test_a_next_that_plans_again_seals_a_root_reported_while_it_waited(cluster: 
     assert decision["action"] == "process", decision
     assert decision["barrier"] > first, decision
     assert decision["inputs"] == {ORDERS: {"snapshot_id": 2, "previous_snapshot_id": None}}, decision
-    ranges = cluster.get(f"/tables/{path(ORDERS)}/barriers")["ranges"]
+    ranges = cluster.get(f"/tables/{table_path(ORDERS)}/barriers")["ranges"]
     (holding,) = covering(ranges, decision["barrier"])
     assert (holding["snapshot_id"], holding["first_barrier"]) == (2, decision["barrier"])
     info = cluster.get("/jobs/solo")

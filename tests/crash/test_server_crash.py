@@ -19,6 +19,7 @@ import pytest
 from metaservice import failpoints
 from metaservice.db import migrate
 from tests import support
+from tests.support import table_path
 
 pytestmark = [pytest.mark.crash, pytest.mark.xdist_group("crash")]
 
@@ -51,10 +52,6 @@ def fx_start_server(crash_url: str, tmp_path: Path) -> Iterator[StartServer]:
         server.stop()
 
 
-def path(table: str) -> str:
-    return table.replace(".", "/")
-
-
 def call(
     server: support.ServerProcess,
     method: str,
@@ -71,8 +68,8 @@ def ok(response: httpx.Response, status: int = 200) -> Any:
 
 
 def register_job(server: support.ServerProcess) -> None:
-    ok(call(server, "POST", f"/register/source/{JOB}/{path(ROOT)}"), 201)
-    ok(call(server, "POST", f"/register/sink/{JOB}/{path(SINK)}"), 201)
+    ok(call(server, "POST", f"/register/source/{JOB}/{table_path(ROOT)}"), 201)
+    ok(call(server, "POST", f"/register/sink/{JOB}/{table_path(SINK)}"), 201)
 
 
 def next_barrier(server: support.ServerProcess, root_snapshot: int) -> dict[str, Any]:
@@ -109,7 +106,7 @@ def runs_at(server: support.ServerProcess, barrier: int) -> list[dict[str, Any]]
 
 
 def sink_ranges(server: support.ServerProcess) -> list[dict[str, Any]]:
-    return paged(server, f"/tables/{path(SINK)}/barriers", "ranges", "first_barrier")
+    return paged(server, f"/tables/{table_path(SINK)}/barriers", "ranges", "first_barrier")
 
 
 def holding(ranges: list[dict[str, Any]], barrier: int) -> list[int | None]:

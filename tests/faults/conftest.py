@@ -6,9 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-import psycopg
 import pytest
-from psycopg import sql
 
 from metaservice.db import migrate
 from tests import support
@@ -47,15 +45,6 @@ class Servers:
         self._started.clear()
 
 
-def drop_database(admin_url: str, name: str) -> None:
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-            (name,),
-        )
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
-
-
 @pytest.fixture(scope="module", name="faults_database")
 def fx_faults_database(request: pytest.FixtureRequest, admin_url: str, worker_id: str) -> Iterator[str]:
     """A migrated database of this module alone (`ms_faults_<module>_<worker>`), dropped after the module."""
@@ -63,7 +52,7 @@ def fx_faults_database(request: pytest.FixtureRequest, admin_url: str, worker_id
     url = support.fresh_database(admin_url, name)
     migrate.upgrade(url)
     yield url
-    drop_database(admin_url, name)
+    support.drop_database(admin_url, name)
 
 
 @pytest.fixture(scope="module", name="servers")

@@ -33,7 +33,7 @@ from typing import Any
 
 from psycopg.conninfo import conninfo_to_dict
 
-from metaservice.process import free_port
+from tests.support import free_port
 
 _CHUNK = 65536
 _REPO = Path(__file__).resolve().parents[2]

@@ -130,6 +130,7 @@ def crash_during(servers: Servers, armed: support.ServerProcess, call: Callable[
     assert armed.process is not None
     returncode = armed.process.wait(timeout=DEATH_TIMEOUT)
     assert returncode == -signal.SIGKILL, f"the armed server exited with {returncode}, not by its failpoint"
+    assert armed.database_url is not None
     restarted = servers.start(armed.database_url, port=armed.port)
     thread.join(timeout=PATIENT.deadline + 10)
     assert not thread.is_alive(), "the client call did not end"

@@ -45,6 +45,7 @@ from spark_client import MetaServiceClient, MetaServiceError, OutcomeUnknown, Re
 from spark_client.errors import ServerError
 from tests.faults.conftest import Servers
 from tests.faults.proxy import FaultProxy
+from tests.support import table_path
 
 pytestmark = [pytest.mark.crash, pytest.mark.xdist_group("faults")]
 
@@ -85,10 +86,6 @@ EXPECTED_REFUSALS = {
     "commit": {"not_in_flight", "snapshot_conflict"},
     "abort": {"already_committed", "not_in_flight"},
 }
-
-
-def path(table: str) -> str:
-    return table.replace(".", "/")
 
 
 @dataclass
@@ -277,7 +274,7 @@ def read_final_state(api: httpx.Client, history: Sequence[Op]) -> FinalState:
             table: sorted(
                 (
                     Range(r["first_barrier"], r["last_barrier"], r["snapshot_id"])
-                    for r in pages(api, f"/tables/{path(table)}/barriers", "ranges", "first_barrier")
+                    for r in pages(api, f"/tables/{table_path(table)}/barriers", "ranges", "first_barrier")
                 ),
                 key=lambda r: r.first,
             )

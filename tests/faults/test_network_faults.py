@@ -27,6 +27,7 @@ from spark_client import MetaServiceClient, RetryPolicy
 from tests import support
 from tests.faults.conftest import Servers
 from tests.faults.proxy import FaultProxy
+from tests.support import table_path
 
 pytestmark = [pytest.mark.crash, pytest.mark.xdist_group("faults")]
 
@@ -40,10 +41,6 @@ PARTITION_ANSWER_BOUND = 8.0
 LOAD_THREADS = 8
 ROOT = "lake.raw.src"
 PATIENT = RetryPolicy(attempts=10, deadline=20, initial_backoff=0.05, max_backoff=1.0)
-
-
-def path(table: str) -> str:
-    return table.replace(".", "/")
 
 
 def assert_unavailable(response: httpx.Response, *, cause: str | None = None) -> None:
@@ -115,7 +112,7 @@ def settled(api: httpx.Client, method: str, url: str, body: object = None) -> ht
 def register(api: httpx.Client, job: str, sources: list[str], sinks: list[str]) -> None:
     for role, tables in (("source", sources), ("sink", sinks)):
         for table in tables:
-            response = settled(api, "POST", f"/register/{role}/{job}/{path(table)}")
+            response = settled(api, "POST", f"/register/{role}/{job}/{table_path(table)}")
             assert response.status_code in (200, 201), response.text
 
 

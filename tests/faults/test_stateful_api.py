@@ -30,6 +30,7 @@ from schemathesis.checks import not_a_server_error
 
 from tests import support
 from tests.faults.conftest import Servers
+from tests.support.pipelines import seed_history
 
 pytestmark = [pytest.mark.crash, pytest.mark.xdist_group("faults")]
 
@@ -58,23 +59,6 @@ def create_admin_token(database_url: str) -> str:
     return created.stdout.splitlines()[0].strip()
 
 
-def _seed(api: httpx.Client) -> None:
-    """A small pipeline with history, so the walk starts from real jobs, barriers, leases and tables."""
-    for role, job, table in (
-        ("source", "enrich", "lake/raw/orders"),
-        ("sink", "enrich", "lake/mart/orders_enriched"),
-        ("source", "revenue", "lake/mart/orders_enriched"),
-        ("sink", "revenue", "lake/mart/revenue"),
-    ):
-        assert api.post(f"/register/{role}/{job}/{table}", json={"format": "delta"}).status_code == 201
-    first = api.post("/jobs/enrich/barriers/next", json={"root_snapshots": {"lake.raw.orders": 1}}).json()
-    commit = {"snapshots": {"lake.mart.orders_enriched": 1}}
-    assert api.post(f"/jobs/enrich/barriers/{first['barrier']}/commit", json=commit).status_code == 200
-    assert api.post("/jobs/revenue/barriers/next").json()["action"] == "process"  # left in flight
-    lease = {"holder": "seed", "snapshots": {"lake.raw.orders": 1}}
-    assert api.post("/leases", json=lease).status_code == 201
-
-
 @pytest.fixture(scope="module", name="live")
 def fx_live(servers: Servers, faults_database: str) -> Iterator[tuple[str, str, str]]:
     """(base URL, admin token, database URL) of a seeded server that requires bearer tokens."""
@@ -84,7 +68,7 @@ def fx_live(servers: Servers, faults_database: str) -> Iterator[tuple[str, str, 
         denied = anonymous.get("/jobs")
         assert denied.status_code == 401 and denied.json()["code"] == "unauthorized", denied.text
     with httpx.Client(base_url=server.base_url, timeout=30, headers={"Authorization": f"Bearer {token}"}) as api:
-        _seed(api)
+        seed_history(api)
     yield server.base_url, token, faults_database
 
 
@@ -101,7 +85,7 @@ def test_stateful_walks_with_a_token_never_get_a_server_error(live: tuple[str, s
         def setup(self) -> None:
             support.truncate(database_url)  # the token lives in api_tokens, which is kept
             with httpx.Client(base_url=base_url, timeout=30, headers=auth) as api:
-                _seed(api)
+                seed_history(api)
 
         def get_call_kwargs(self, case: Case[Any]) -> dict[str, Any]:  # noqa: ARG002 (an override)
             return {"base_url": base_url, "headers": auth, "timeout": 30}

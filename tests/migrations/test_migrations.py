@@ -13,7 +13,6 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from psycopg import sql
 from sqlalchemy import CheckConstraint, create_engine
 from sqlalchemy.dialects.postgresql import ExcludeConstraint
 
@@ -67,12 +66,7 @@ def fx_fresh_url(admin_url: str, worker_id: str) -> Iterator[str]:
     name = f"ms_migr_{worker_id}"
     url = support.fresh_database(admin_url, name)
     yield url
-    with psycopg.connect(admin_url, autocommit=True) as conn:
-        conn.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
-            (name,),
-        )
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
+    support.drop_database(admin_url, name)
 
 
 def test_revisions_form_one_chain_with_dated_file_names() -> None:
@@ -101,15 +95,33 @@ def test_upgrade_downgrade_to_base_and_upgrade_again(fresh_url: str) -> None:
     assert set(Base.metadata.tables) <= user_tables(fresh_url)
 
 
+def functions(url: str) -> dict[str, str]:
+    """Every function the migrations define (not an extension's), by signature, as PostgreSQL defines it."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT p.oid::regprocedure::text, pg_get_functiondef(p.oid) FROM pg_proc p"
+            " JOIN pg_namespace n ON n.oid = p.pronamespace WHERE n.nspname = 'public' AND p.prokind = 'f'"
+            " AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = p.oid AND d.deptype = 'e')"
+        ).fetchall()
+    return {str(signature): str(text) for signature, text in rows}
+
+
 def test_every_revision_steps_down_and_up_one_at_a_time(fresh_url: str) -> None:
+    """Each downgrade restores the functions its revision found: migrations embed frozen copies of the function
+    texts they replace, and a wrong copy would leave another function behind than the upgrade replaced."""
     script = ScriptDirectory.from_config(migrate.alembic_config(fresh_url))
     chain = [r.revision for r in reversed(list(script.walk_revisions()))]  # base first
+    installed: dict[str | None, dict[str, str]] = {None: functions(fresh_url)}
     for revision in chain:
         migrate.upgrade(fresh_url, revision)
         assert current_revision(fresh_url) == revision
+        installed[revision] = functions(fresh_url)
+    assert "metaservice_issue_barriers(jsonb)" in installed[chain[-1]]
     for below in [*reversed(chain[:-1]), "base"]:
         migrate.downgrade(fresh_url, "-1")
-        assert current_revision(fresh_url) == (None if below == "base" else below)
+        now = None if below == "base" else below
+        assert current_revision(fresh_url) == now
+        assert functions(fresh_url) == installed[now], f"stepping down to {below}"
 
 
 def test_migrated_schema_matches_the_models(fresh_url: str) -> None:

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from tests.model.model import InFlight, Model, Role
-from tests.model.wire import Answer, ContractBroken, Wire, path
+from tests.model.wire import Answer, ContractBroken, Wire
+from tests.support import table_path
 
 WEIGHTS: Mapping[str, int] = {
     "register_source": 12,
@@ -127,7 +128,7 @@ class Walk:
             table = self.rng.choice(self.table_names[ROOTS:])  # keep a few roots that feed data, mostly
         expected = self.model.expected_registration(job, table, role)
         self._refresh_head()
-        answer = self.wire.post(f"/register/{role}/{job}/{path(table)}", expect=expected)
+        answer = self.wire.post(f"/register/{role}/{job}/{table_path(table)}", expect=expected)
         self._note(f"register {role} {job} {table} → {answer.outcome()}")
         if answer.status == 201:
             self.model.add_edge(job, table, role)
@@ -143,7 +144,9 @@ class Walk:
             role = "source" if self.rng.random() < 0.5 else "sink"
         known = job in self.model.jobs and table in self.model.tables
         self._refresh_head()
-        answer = self.wire.delete(f"/register/{role}/{job}/{path(table)}", expect={200} if known else {"not_found"})
+        answer = self.wire.delete(
+            f"/register/{role}/{job}/{table_path(table)}", expect={200} if known else {"not_found"}
+        )
         self._note(f"remove {role} {job} {table} → {answer.outcome()} {answer.body if answer.ok else ''}")
         if not answer.ok:
             return
@@ -174,7 +177,7 @@ class Walk:
         elif self.model.writer(table) is not None:
             expected = {"not_root"}
         snapshot_id = self.model.fresh_id(table)
-        answer = self.wire.post(f"/tables/{path(table)}/snapshots", {"snapshot_id": snapshot_id}, expect=expected)
+        answer = self.wire.post(f"/tables/{table_path(table)}/snapshots", {"snapshot_id": snapshot_id}, expect=expected)
         self._note(f"report {table}={snapshot_id} → {answer.outcome()}")
         if answer.ok:
             self.model.reported_snapshot(table, snapshot_id)
@@ -331,7 +334,7 @@ class Walk:
             found = (answer.json()["barrier"], answer.json()["versions"]) if answer.ok else None
             self._check_read(chosen, consistency, found, answer)
         table, consistency = self.rng.choice(tables), self.rng.choice(("weak", "strong"))
-        answer = self.wire.get(f"/version/{consistency}/{path(table)}", expect={200, "no_consistent_version"})
+        answer = self.wire.get(f"/version/{consistency}/{table_path(table)}", expect={200, "no_consistent_version"})
         found = (answer.json()["barrier"], {table: answer.json()["snapshot_id"]}) if answer.ok else None
         self._check_read([table], consistency, found, answer)
 
@@ -392,7 +395,7 @@ class Walk:
             self._fail(f"stuck: jobs still make progress after {DRAIN_ROUNDS} drain rounds")
         blocked = self.model.blocked()
         for table in sorted(self.model.tables - blocked):
-            info = self.wire.get(f"/tables/{path(table)}", expect={200}).json()
+            info = self.wire.get(f"/tables/{table_path(table)}", expect={200}).json()
             if info["newest_complete_barrier"] != self.model.head:
                 writer = self.model.writer(table)
                 self._fail(

@@ -20,11 +20,6 @@ class ContractBroken(AssertionError):
     """The server answered something the API contract or the caller's expectation does not allow."""
 
 
-def path(table: str) -> str:
-    """`catalog.database.table` as the three path segments of the API."""
-    return table.replace(".", "/")
-
-
 @dataclass(frozen=True)
 class Answer:
     """One HTTP answer: status, parsed JSON body (None when empty) and, for a problem, its `code`."""

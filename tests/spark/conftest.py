@@ -1,4 +1,5 @@
-"""A session-scoped local[2] SparkSession, a fresh Delta lake per test, and a catalog of every format."""
+"""A session-scoped local[2] SparkSession, a client of the worker's server, a fresh Delta lake per test, and a
+catalog of every format."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import httpx
 import pytest
 
+from spark_client import MetaServiceClient
 from spark_client.catalog import Catalog, DeltaCatalog
 from tests import support
 from tests.spark.formats import FORMATS, make_catalog
@@ -41,6 +44,14 @@ def fx_spark() -> Iterator[SparkSession]:
     spark.sparkContext.setLogLevel("ERROR")
     yield spark
     spark.stop()
+
+
+@pytest.fixture(name="client")
+def fx_client(server: support.ServerProcess, api: httpx.Client) -> Iterator[MetaServiceClient]:
+    """A client of the worker's server; every table is emptied after the test (through `api`)."""
+    del api
+    with MetaServiceClient(server.base_url) as client:
+        yield client
 
 
 @pytest.fixture(name="lake")

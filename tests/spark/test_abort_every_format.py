@@ -12,13 +12,12 @@ from typing import TYPE_CHECKING
 import pytest
 
 from spark_client import Catalog, MetaServiceClient, SchemaMismatch
-from tests.spark.test_abort_exactly_once import FIRST, RAW, SECOND, Pipeline, fx_client, readings
+from tests.spark.test_abort_exactly_once import FIRST, RAW, SECOND, Pipeline, readings
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 pytestmark = pytest.mark.spark
-__all__ = ["fx_client"]  # the MetaService client fixture, shared with test_abort_exactly_once
 
 
 def ids(spark: SparkSession, catalog: Catalog, table: str) -> list[int]:

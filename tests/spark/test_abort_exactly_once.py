@@ -6,27 +6,18 @@ aborted, and the first sink must not keep that attempt's rows. Real Spark, real 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import httpx
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_client import DeltaCatalog, EtlJob, Inputs, MetaServiceClient, SchemaMismatch, UnexpectedSinkCommit
 from spark_client.modes import Append, Merge, OverwritePartitions, WriteMode
-from tests.support import ServerProcess
 
 pytestmark = pytest.mark.spark
 RAW, FIRST, SECOND = "lake.raw.readings", "lake.mart.first", "lake.mart.second"
-
-
-@pytest.fixture(name="client")
-def fx_client(server: ServerProcess, api: httpx.Client) -> Iterator[MetaServiceClient]:
-    del api  # truncates the database after the test
-    with MetaServiceClient(server.base_url) as client:
-        yield client
 
 
 def readings(spark: SparkSession, *ids: int) -> DataFrame:

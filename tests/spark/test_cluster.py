@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from pyspark.sql import functions as F
 
 from spark_client import DeltaCatalog, MetaServiceClient
 from tests.spark import cluster_pipeline as pipeline
-from tests.support import ServerProcess, free_port, wait_until
+from tests.support import ServerProcess, free_port, stop_group, wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
@@ -40,16 +39,6 @@ def _daemon(spark_class: str, args: list[str], log: Path, env: dict[str, str]) -
         return subprocess.Popen(
             [spark_class, *args], stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True
         )
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
 
 
 @pytest.fixture(scope="module", name="cluster")
@@ -121,14 +110,7 @@ def fx_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield Cluster(master_url, web_url, processes)
     finally:
         for process in reversed(processes):
-            _stop(process)
-
-
-@pytest.fixture(name="client")
-def fx_client(server: ServerProcess, api: httpx.Client) -> Iterator[MetaServiceClient]:
-    del api  # truncates the database after the test
-    with MetaServiceClient(server.base_url) as client:
-        yield client
+            stop_group(process, timeout=30)
 
 
 @pytest.mark.timeout(1200)  # five JVMs start (master, worker, driver, executors) on two shared cores

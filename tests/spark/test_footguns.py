@@ -3,10 +3,9 @@ silently lost or dropped rows. Real Spark, real Delta tables, the real server ov
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-import httpx
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
@@ -21,17 +20,9 @@ from spark_client import (
     UnsafeWriteMode,
 )
 from spark_client.modes import Append, Merge
-from tests.support import ServerProcess
 
 pytestmark = pytest.mark.spark
 RAW, CLEAN, OTHER = "lake.raw.readings", "lake.mart.clean", "lake.mart.other"
-
-
-@pytest.fixture(name="client")
-def fx_client(server: ServerProcess, api: httpx.Client) -> Iterator[MetaServiceClient]:
-    del api  # truncates the database after the test
-    with MetaServiceClient(server.base_url) as client:
-        yield client
 
 
 def readings(spark: SparkSession, *ids: int) -> DataFrame:

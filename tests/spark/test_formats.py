@@ -5,10 +5,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import psycopg
 import pyarrow as pa
 import pytest
@@ -27,7 +25,6 @@ from spark_client.catalog import (
 )
 from spark_client.modes import Append, Merge, Overwrite, OverwritePartitions, ReplaceWhere
 from tests.spark.formats import FORMATS, make_catalog, snapshot_files, table_files
-from tests.support import ServerProcess
 
 pytestmark = pytest.mark.spark
 T = "lake.raw.orders"
@@ -469,13 +466,6 @@ def test_paimon_tables_spark_cannot_write_alike_are_written_by_pypaimon(spark: S
         assert [_spark_wrote(f) for f in files] == [name == "zstd"] * len(files), name
     zstd = snapshot_files(catalog, "lake.raw.zstd", 1)[0]
     assert pq.read_metadata(zstd).row_group(0).column(0).compression == "ZSTD"
-
-
-@pytest.fixture(name="client")
-def fx_client(server: ServerProcess, api: httpx.Client) -> Iterator[MetaServiceClient]:
-    del api  # truncates the database after the test
-    with MetaServiceClient(server.base_url) as client:
-        yield client
 
 
 def overwrites(spark: SparkSession, catalog: Catalog, client: MetaServiceClient, count: int) -> list[int]:

@@ -4,25 +4,16 @@ barrier before each run, and `next` hands that barrier to the job. Needs the ser
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 
-import httpx
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_client import DeltaCatalog, EtlJob, Inputs, MetaServiceClient
 from spark_client.modes import Append
-from tests.support import ServerProcess
 
 pytestmark = pytest.mark.spark
 RAW, COPY = "lake.raw.sensor_feed", "lake.mart.sensor_copy"
-
-
-@pytest.fixture(name="client")
-def fx_client(server: ServerProcess, api: httpx.Client) -> Iterator[MetaServiceClient]:
-    del api  # truncates the database after the test
-    with MetaServiceClient(server.base_url) as client:
-        yield client
 
 
 def test_an_ingestion_step_issues_its_barrier_and_downstream_processes_the_same_one(

@@ -7,10 +7,9 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
-import httpx
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -23,13 +22,6 @@ pytestmark = pytest.mark.spark
 REPO = Path(__file__).resolve().parents[2]
 ORDERS, CUSTOMERS = "lake.raw.orders", "lake.raw.customers"
 ENRICHED, DIM, REVENUE = "lake.mart.orders_enriched", "lake.mart.customer_dim", "lake.mart.revenue"
-
-
-@pytest.fixture(name="client")
-def fx_client(server: ServerProcess, api: httpx.Client) -> Iterator[MetaServiceClient]:
-    del api  # truncates the database after the test
-    with MetaServiceClient(server.base_url) as client:
-        yield client
 
 
 @pytest.fixture(name="lake")
@@ -94,8 +86,8 @@ def test_pipeline_through_the_library_is_consistent_at_every_barrier(
         assert done[-1].action == "idle" and processed and processed[-1] >= first.barrier  # type: ignore[operator]
         with consistent_tables(spark, client, lake, [REVENUE, ENRICHED]) as tables:
             assert tables.barrier == processed[-1]
-            total = tables[REVENUE].agg(F.sum("revenue")).first()[0]
-            assert total == tables[ENRICHED].agg(F.sum("amount")).first()[0]
+            total = tables[REVENUE].agg(F.sum("revenue")).collect()[0][0]
+            assert total == tables[ENRICHED].agg(F.sum("amount")).collect()[0][0]
             assert tables[ENRICHED].count() == 10 * (round_no + 1)  # appended once per barrier, never twice
     history = client.get_job("revenue")
     assert history["in_flight_barrier"] is None
@@ -205,7 +197,7 @@ def test_consistent_read_returns_exactly_the_named_snapshots_while_jobs_write(
         thread.start()
         thread.join(timeout=300)
         assert stop.is_set() and not errors, errors
-        assert lake.latest_snapshot(ENRICHED) > tables.snapshots[ENRICHED]  # the job did move on
+        assert (lake.latest_snapshot(ENRICHED) or -1) > tables.snapshots[ENRICHED]  # the job did move on
         assert tables[ENRICHED].count() == expected == 10
         retention = client.retention(ENRICHED)
         assert any(

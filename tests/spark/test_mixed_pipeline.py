@@ -3,11 +3,10 @@ by DuckDB and Polars through `consistent_arrow` (no Spark), each table opened at
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import duckdb
-import httpx
 import polars as pl
 import pytest
 from deltalake import DeltaTable
@@ -25,18 +24,10 @@ from spark_client import (
     consistent_arrow,
     consistent_tables,
 )
-from tests.support import ServerProcess
 
 pytestmark = pytest.mark.spark
 ORDERS, CUSTOMERS = "lake.raw.orders", "lake.raw.customers"  # Delta, Paimon
 ENRICHED, DIM, REVENUE = "lake.mart.orders_enriched", "lake.mart.customer_dim", "lake.mart.revenue_by_day"
-
-
-@pytest.fixture(name="client")
-def fx_client(server: ServerProcess, api: httpx.Client) -> Iterator[MetaServiceClient]:
-    del api  # truncates the database after the test
-    with MetaServiceClient(server.base_url) as client:
-        yield client
 
 
 @pytest.fixture(name="mixed")

@@ -6,10 +6,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from pyspark.sql import SparkSession
 
@@ -20,13 +18,6 @@ from tests.support import ServerProcess
 pytestmark = [pytest.mark.spark, pytest.mark.crash, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 FAILPOINTS = ["after_files_written", "after_delta_commit", "before_metaservice_commit"]
-
-
-@pytest.fixture(name="client")
-def fx_client(server: ServerProcess, api: httpx.Client) -> Iterator[MetaServiceClient]:
-    del api  # truncates the database after the test
-    with MetaServiceClient(server.base_url) as client:
-        yield client
 
 
 @pytest.mark.parametrize("failpoint", FAILPOINTS)

@@ -4,26 +4,18 @@ for every format."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Mapping
 
-import httpx
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_client import Catalog, EtlJob, Inputs, MetaServiceClient, apply_rollback, consistent_tables
 from tests.spark.formats import snapshot_files
-from tests.support import ServerProcess
 
 pytestmark = pytest.mark.spark
+Transform = Callable[[Inputs], Mapping[str, DataFrame]]
 ORDERS, TOTALS, REPORT = "lake.raw.orders", "lake.mart.totals", "lake.mart.report"
-
-
-@pytest.fixture(name="client")
-def fx_client(server: ServerProcess, api: httpx.Client) -> Iterator[MetaServiceClient]:
-    del api  # truncates the database after the test
-    with MetaServiceClient(server.base_url) as client:
-        yield client
 
 
 @pytest.fixture(name="lake")
@@ -44,8 +36,8 @@ def orders(spark: SparkSession, rows: list[tuple[int, int]]) -> DataFrame:
     return spark.createDataFrame(rows, "day long, amount long")
 
 
-def pipeline(spark: SparkSession, client: MetaServiceClient, lake: Catalog) -> list[tuple[EtlJob, object]]:
-    jobs = [
+def pipeline(spark: SparkSession, client: MetaServiceClient, lake: Catalog) -> list[tuple[EtlJob, Transform]]:
+    jobs: list[tuple[EtlJob, Transform]] = [
         (EtlJob(spark, client, lake, job_id="totals", sources=[ORDERS], sinks=[TOTALS]), totals),
         (EtlJob(spark, client, lake, job_id="report", sources=[TOTALS], sinks=[REPORT]), report),
     ]
@@ -54,9 +46,9 @@ def pipeline(spark: SparkSession, client: MetaServiceClient, lake: Catalog) -> l
     return jobs
 
 
-def run_all(jobs: list[tuple[EtlJob, object]]) -> None:
+def run_all(jobs: list[tuple[EtlJob, Transform]]) -> None:
     for job, transform in jobs:
-        job.run_pending(transform)  # type: ignore[arg-type]
+        job.run_pending(transform)
 
 
 def test_vacuum_keeps_what_a_lease_protects_and_reclaims_it_afterwards(
@@ -76,7 +68,7 @@ def test_vacuum_keeps_what_a_lease_protects_and_reclaims_it_afterwards(
             assert held_files and all(os.path.exists(f) for f in held_files)
             assert sorted(map(tuple, lake.read_at(spark, TOTALS, held).collect())) == expected
         assert deleted == []  # everything since the leased version is protected
-        assert lake.latest_snapshot(TOTALS) > held
+        assert (lake.latest_snapshot(TOTALS) or -1) > held
     reclaimed = lake.vacuum(TOTALS, client)
     assert reclaimed and not any(os.path.exists(f) for f in reclaimed)
     assert set(reclaimed) & set(held_files)

@@ -1,4 +1,5 @@
-"""Run a real `metaservice serve` subprocess on a free port: used by the demo, the tests and the benchmarks."""
+"""Real processes for the tests, the benchmarks and the demo: `metaservice serve` on a free port, waiting on real
+conditions with a deadline, and stopping a process group."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -29,6 +31,19 @@ def wait_until(predicate: Callable[[], bool], *, timeout: float, what: str) -> N
             return
         time.sleep(0.05)
     raise TimeoutError(f"timed out after {timeout}s waiting for {what}")
+
+
+def stop_group(process: subprocess.Popen[Any], *, timeout: float) -> None:
+    """SIGTERM the process group `process` leads (started with `start_new_session=True`), and SIGKILL it when it
+    has not exited within `timeout` seconds."""
+    if process.poll() is not None:
+        return
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        process.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait(timeout=30)
 
 
 @dataclass
@@ -100,9 +115,5 @@ class ServerProcess:
             self.process.wait(timeout=30)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        if self.process is not None:
+            stop_group(self.process, timeout=15)

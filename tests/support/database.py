@@ -1,4 +1,4 @@
-"""Test support: a PostgreSQL to test against and real `metaservice serve` processes."""
+"""The PostgreSQL the tests use (embedded by default): databases of their own, emptied between tests."""
 
 from __future__ import annotations
 
@@ -16,22 +16,8 @@ import psycopg.errors
 from psycopg import sql
 
 from metaservice.db import embedded
-from metaservice.process import ServerProcess, free_port, wait_until
 
-__all__ = [
-    "ServerProcess",
-    "admin_url",
-    "free_port",
-    "fresh_database",
-    "hold_test_postgres",
-    "scratch_pg_dir",
-    "test_pg_dir",
-    "truncate",
-    "wait_until",
-    "with_database",
-]
-
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TEST_PG_DIR = REPO / ".test-pg"
 TRUNCATE = (
     "TRUNCATE rollbacks, lease_snapshots, leases, job_runs, snapshot_ranges, lineage_edges, jobs, tables, barriers"
@@ -86,14 +72,20 @@ def with_database(url: str, database: str) -> str:
 
 def fresh_database(admin: str, name: str) -> str:
     """Drop and create database `name`; return its URL."""
+    drop_database(admin, name)
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    return with_database(admin, name)
+
+
+def drop_database(admin: str, name: str) -> None:
+    """Drop database `name` (if it exists), ending the sessions still connected to it."""
     with psycopg.connect(admin, autocommit=True) as conn:
         conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
             (name,),
         )
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {}").format(sql.Identifier(name)))
-        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
-    return with_database(admin, name)
 
 
 def truncate(url: str) -> None:
