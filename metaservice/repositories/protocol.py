@@ -149,7 +149,11 @@ def _run(data: Mapping[str, Any] | None) -> RunView | None:
 
 
 def _merge(world: World, head: Any, before_head: Any, jobs: Any, tables: Any, windows: Any) -> None:
-    world.head, world.before_head = head, before_head
+    """Add what a fetch read to `world`. The world keeps the head of its first fetch: a plan is decided as of that
+    barrier (docs/design.md, "One head per plan"), and later fetches only add facts about barriers up to it."""
+    if world.head is None and not world.jobs and not world.tables:
+        world.head, world.before_head = head, before_head
+    head = world.head
     for t in tables:
         if t["id"] in world.tables:
             continue

@@ -114,6 +114,38 @@ _BY_ID = _FRONTIER.format(
 )
 _REGISTERED = "SELECT name FROM tables WHERE name = ANY(CAST(%(names)s AS text[]))"
 
+# Writers that may complete barriers idle for a reader (rule 12): of the given tables (all, when NULL), the current
+# writers that settled no barrier at or after `head`, are registered, have nothing in flight, read something and
+# committed before (an idle completion repeats a committed output). The planner decides; this only narrows.
+_IDLE_WRITERS = """
+    SELECT DISTINCT j.name
+      FROM lineage_edges w
+      JOIN jobs j ON j.id = w.job_id
+     WHERE w.role = 'sink' AND w.removed_at IS NULL {tables}
+       AND j.is_active AND (j.last_barrier IS NULL OR j.last_barrier < %(head)s)
+       AND NOT EXISTS (SELECT 1 FROM job_runs r WHERE r.job_id = j.id AND r.status = 'in_flight')
+       AND EXISTS (SELECT 1 FROM job_runs r WHERE r.job_id = j.id AND r.status = 'committed')
+       AND EXISTS (SELECT 1 FROM lineage_edges s
+                    WHERE s.job_id = j.id AND s.role = 'source' AND s.removed_at IS NULL)
+     ORDER BY j.name
+     LIMIT %(limit)s
+"""
+# Of the given tables, those that never completed a barrier, with their current writer (None: a root or orphan).
+_HOLDING = """
+    SELECT t.name, (SELECT j.name FROM lineage_edges w JOIN jobs j ON j.id = w.job_id
+                     WHERE w.table_id = t.id AND w.role = 'sink' AND w.removed_at IS NULL)
+      FROM tables t
+     WHERE t.id = ANY(CAST(%(ids)s AS bigint[]))
+       AND NOT EXISTS (SELECT 1 FROM snapshot_ranges r WHERE r.table_id = t.id AND r.snapshot_id IS NOT NULL)
+     ORDER BY t.name
+"""
+_IDLE_WRITERS_OF = _IDLE_WRITERS.format(tables="AND w.table_id = ANY(CAST(%(ids)s AS bigint[]))")
+_IDLE_WRITERS_NAMED = _IDLE_WRITERS.format(
+    tables="AND w.table_id IN (SELECT id FROM tables WHERE name = ANY(CAST(%(names)s AS text[])))"
+)
+_IDLE_WRITERS_ALL = _IDLE_WRITERS.format(tables="")
+_HEAD = "SELECT max(barrier) FROM barriers"
+
 # Freshness-bounded reads wait for a notification on this channel (db/listener.py). Writers that can make a newer
 # consistent version exist call NOTIFY_CALL inside their writing statement: PostgreSQL delivers it on commit, to
 # every listening server process, and folds duplicates of one transaction into one.
@@ -151,3 +183,33 @@ async def issued_at(conn: Connection, *, barrier: int | None) -> tuple[datetime 
 
 async def registered(conn: Connection, *, names: Sequence[str]) -> set[str]:
     return {str(r[0]) for r in await fetch_all(conn, _REGISTERED, {"names": list(names)})}
+
+
+async def idle_writers(conn: Connection, *, table_ids: Sequence[int] | None, head: int, limit: int) -> list[str]:
+    """Names of the writers of `table_ids` (None: of every table) that may complete barriers idle up to `head`."""
+    if table_ids is None:
+        rows = await fetch_all(conn, _IDLE_WRITERS_ALL, {"head": head, "limit": limit}, prepare=True)
+    else:
+        params = {"ids": list(table_ids), "head": head, "limit": limit}
+        rows = await fetch_all(conn, _IDLE_WRITERS_OF, params, prepare=True)
+    return [str(r[0]) for r in rows]
+
+
+async def holding(conn: Connection, *, table_ids: Sequence[int]) -> list[dict[str, str | None]]:
+    """Of `table_ids`, the tables that never completed a barrier, each with its current writer's name."""
+    rows = await fetch_all(conn, _HOLDING, {"ids": list(table_ids)})
+    return [{"table": str(r[0]), "writer": None if r[1] is None else str(r[1])} for r in rows]
+
+
+async def lagging_idle_writers(conn: Connection, *, tables: Sequence[str] | None, limit: int) -> list[str]:
+    """`idle_writers` of the tables called `tables` (None: every table) up to the newest barrier."""
+    row = await fetch_one(conn, _HEAD, {}, prepare=True)
+    head = None if row is None else row[0]
+    if head is None:
+        return []
+    if tables is None:
+        rows = await fetch_all(conn, _IDLE_WRITERS_ALL, {"head": head, "limit": limit}, prepare=True)
+    else:
+        params = {"names": list(tables), "head": head, "limit": limit}
+        rows = await fetch_all(conn, _IDLE_WRITERS_NAMED, params, prepare=True)
+    return [str(r[0]) for r in rows]

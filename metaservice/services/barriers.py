@@ -11,10 +11,13 @@ an answer of 4xx means nothing changed (docs/design.md, rule 10).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
+import anyio
+
+from metaservice import failpoints
 from metaservice.db.allocator import Allocation, AllocationRequest
 from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import Unit, in_autocommit
@@ -32,6 +35,7 @@ from metaservice.errors import (
     Unavailable,
 )
 from metaservice.repositories import protocol as protocol_rows
+from metaservice.repositories import versions as version_rows
 from metaservice.repositories.protocol import Gathered, GatherRequest
 from metaservice.schemas import (
     AbortResult,
@@ -122,6 +126,7 @@ async def next_barrier(
         attempts += 1
         g = await db.gathers.submit(GatherRequest(job_id))
         job = _active(g, job_id)
+        await failpoints.pause("step_gathered")
         retry_after = reported_wait
         if job.in_flight is None and (attempts > 1 or not root_snapshots):  # else the report just sealed them
             roots = [t for t in job.sources if g.world.tables[t].writer_id is None]
@@ -253,6 +258,52 @@ async def abort_barrier(db: Database, *, job_id: str, barrier: int, reason: str 
     return await _retrying(db, step, what=f"job {job_id!r}")
 
 
+async def settle_idle(db: Database, *, job_names: Sequence[str]) -> int:
+    """For each named job, complete idle the barriers at which its inputs did not change, settling the writers of
+    its lagging inputs first (rule 12): an idle job that does not poll never holds reads, delays or the bottleneck
+    back. The same plan and compare-and-set write as a `next`; best effort (a job that keeps changing under the
+    step is left as it is: its own `next` is under way). Returns how many jobs got barriers completed."""
+
+    async def one(name: str) -> bool:
+        async def step(unit: Unit) -> bool | None:
+            g = await db.gathers.submit(GatherRequest(name))
+            if g.job_id is None:
+                return False
+            job = g.world.jobs[g.job_id]
+            await failpoints.pause("settle_gathered")
+            _, planner = await _planned(unit, g, job, lambda p: p.settle(job.id))
+            if not planner.writes:
+                return False
+            return True if await _store(db, unit, g, planner) else None
+
+        try:
+            return await _retrying(db, step, what=f"job {name!r}")
+        except Unavailable:
+            return False
+
+    settled = [False] * len(job_names)
+
+    async def run(i: int, name: str) -> None:
+        settled[i] = await one(name)
+
+    async with anyio.create_task_group() as tasks:
+        for i, name in enumerate(job_names):
+            tasks.start_soon(run, i, name)
+    return sum(settled)
+
+
+async def settle_lagging(db: Database, *, tables: Sequence[str] | None, limit: int) -> int:
+    """`settle_idle` for the writers of `tables` (None: of every table) that are behind the newest barrier and may
+    complete barriers idle: what delays and metrics read first, so that they count an idle table as fresh as the
+    inputs it did not need to reprocess (rule 12)."""
+
+    async def work(unit: Unit) -> list[str]:
+        return await version_rows.lagging_idle_writers(await unit.connection(), tables=tables, limit=limit)
+
+    names = await in_autocommit(db, work)
+    return await settle_idle(db, job_names=names) if names else 0
+
+
 async def abort_in_flight(conn: Connection, job_id: str, reason: str, *, after: int | None = None) -> None:
     """Abort the job's in-flight barrier (one after `after`, when given) inside the caller's transaction, which
     holds the job's row lock: a lineage change (rule 7) or a rollback undid what it was planned on."""
@@ -283,10 +334,16 @@ async def _retrying(db: Database, step: Callable[[Unit], Awaitable[T | None]], *
 
 async def _plan(unit: Unit, g: Gathered, job: JobView, *, start: str | int | None) -> tuple[Outcome, Planner]:
     """Plan the job's step, fetching what the plan finds missing (each fetch: plan again from scratch)."""
+    return await _planned(unit, g, job, lambda planner: planner.next_step(job.id, start=start))
+
+
+async def _planned(unit: Unit, g: Gathered, job: JobView, decide: Callable[[Planner], T]) -> tuple[T, Planner]:
+    """`decide` on a fresh planner over `g`, fetching what the plan finds missing and deciding again from scratch
+    after each fetch. Every fetch keeps the world's head: the plan is decided as of its first gather."""
     for _ in range(MAX_FETCHES):
         planner = Planner(g.world.clone())
         try:
-            return planner.next_step(job.id, start=start), planner
+            return decide(planner), planner
         except NeedJobs as need:
             await protocol_rows.gather_jobs(await unit.connection(), g.world, job_ids=need.job_ids)
         except NeedRanges as need:
@@ -295,6 +352,7 @@ async def _plan(unit: Unit, g: Gathered, job: JobView, *, start: str | int | Non
             )
         except NeedAfter as need:
             await protocol_rows.barrier_after(await unit.connection(), g.world, barrier=need.barrier)
+        await failpoints.pause("plan_fetched")
     raise Unavailable(f"job {job.name!r} needs more state than one step may fetch; retry")
 
 

@@ -24,17 +24,24 @@ from metaservice.repositories import lineage as lineage_rows
 from metaservice.repositories import tables as table_rows
 from metaservice.repositories.lineage import JobFigures, Step, TableState
 from metaservice.schemas import CriticalStep, DelayList, DelaySummary, TableDelay
+from metaservice.services import barriers
 from metaservice.services import lag as lag_figures
 
 # Walk bounds: a critical path longer than this, or a closure bigger than this, is reported cut short.
 MAX_LEVELS = 1000
 MAX_PAIRS = 200_000
+# Writers a delay figure lets complete barriers idle first, at most (each is one plan and one write, shared with
+# concurrent steps); the rest follow at the next read.
+SETTLE_LIMIT = 256
 
 Pair = tuple[int, int]  # (table id, barrier)
 
 
 async def table_delay(db: Database, *, table: str, barrier: int | None = None) -> TableDelay:
-    """Delay of one table and the critical path of its newest complete barrier (or of `barrier`)."""
+    """Delay of one table and the critical path of its newest complete barrier (or of `barrier`), after idle writers
+    upstream completed the barriers their unchanged inputs allow (rule 12)."""
+    if barrier is None:
+        await barriers.settle_lagging(db, tables=[table], limit=SETTLE_LIMIT)
 
     async def work(s: Connection) -> TableDelay:
         row = await table_rows.get(s, name=table)
@@ -98,7 +105,9 @@ async def table_delay(db: Database, *, table: str, barrier: int | None = None) -
 
 
 async def all_delays(db: Database) -> DelayList:
-    """Every table's delay with its bottleneck job, worst first (tables that completed nothing lead)."""
+    """Every table's delay with its bottleneck job, worst first (tables that completed nothing lead), after idle
+    writers completed the barriers their unchanged inputs allow (rule 12)."""
+    await barriers.settle_lagging(db, tables=None, limit=SETTLE_LIMIT)
 
     async def work(s: Connection) -> DelayList:
         states = await lineage_rows.table_states(s)
@@ -152,7 +161,8 @@ class MetricFigures:
 
 
 async def metric_figures(db: Database) -> MetricFigures:
-    """Per-table delay, per-job lag and last run timings, barrier and commit/abort counts (one read snapshot)."""
+    """Per-table delay, per-job lag and last run timings, barrier and commit/abort counts (one read snapshot). A
+    background read: it completes nothing idle (rule 12), so its delays count what was stored."""
 
     async def work(s: Connection) -> MetricFigures:
         states = await lineage_rows.table_states(s)

@@ -276,6 +276,17 @@ class Planner:
         assert outcome is not None
         return outcome
 
+    def settle(self, job_id: int) -> None:
+        """Complete idle the barriers at which the job's inputs did not change (and skip those an input never
+        completes), up to the first that needs work, settling the writers of lagging inputs first: what a
+        downstream `next` does for its upstream writers, done for a reader (rule 12). A busy, retired or
+        ingestion job is left alone: only it knows what it will do."""
+        job = self.world.jobs[job_id]
+        self._visited.add(job.id)
+        if not job.active or job.in_flight is not None or not job.sources:
+            return
+        self._walk(job, settle_only=True, start=None)
+
     def commit(self, job_id: int, barrier: int, snapshots: Mapping[str, int], run: RunView) -> None:
         """Record the job's sink snapshots for its in-flight `barrier` (validated by the caller)."""
         job = self.world.jobs[job_id]
@@ -324,6 +335,8 @@ class Planner:
             if pending_change:
                 assert job.lineage_after is not None
                 return Allocate(job.lineage_after)
+            if not settle_only and cursor is not None and self._owes(job, sources, cursor):
+                return Allocate(cursor)
             return Idle(tuple(skipped))
 
         if head is None:
@@ -400,7 +413,8 @@ class Planner:
     def _frontier(self, t: TableView) -> int | None:
         if t.newest is None:
             return None
-        return self.world.head if t.newest.last is None else t.newest.last
+        head = self.world.head
+        return head if t.newest.last is None or (head is not None and t.newest.last > head) else t.newest.last
 
     def _input_frontier(self, t: TableView) -> int | None:
         """The newest barrier a reader of `t` can decide: the head for roots, else what its writer settled."""
@@ -422,13 +436,15 @@ class Planner:
             return _State("pending")
         if t.first_barrier is not None and b < t.first_barrier:
             assert t.before_first is not None
-            return _State("never", through=t.before_first)
+            return _State("never", through=t.before_first if head is None else min(t.before_first, head))
         found = t.covering(b)
         if found == "unknown":
             raise NeedRanges(t.id, b)
         if found is None:  # a hole in the history: the table never completes b
             return _State("never", through=b)
-        through = head if found.last is None else found.last
+        # A view fetched after the plan's first gather may know ranges past the plan's head: the plan decides no
+        # barrier after it (its head is the newest barrier of one consistent view).
+        through = head if found.last is None or (head is not None and found.last > head) else found.last
         if found.snapshot is None:
             return _State("never", through=through, range=found)
         return _State("complete", found.snapshot, through=through, range=found)
@@ -461,6 +477,20 @@ class Planner:
             return False
         before = {name: value.get("snapshot_id") for name, value in last.inputs.items()}
         return dict(snapshots) == before and self._sinks_hold(job, last)
+
+    def _owes(self, job: JobView, sources: Sequence[TableView], cursor: int) -> bool:
+        """Rule 5's other half: the job gave up (or was made to give up) the newest barrier, `cursor`, while its
+        inputs there hold data its sinks do not reflect. That data is owed: a new barrier offers it, without
+        waiting for new root data. An input that never completes `cursor` owes it first (its writer allocates)."""
+        last = job.last_run
+        if last is None or last.status != "aborted" or last.barrier != cursor:
+            return False
+        if not sources:
+            return True  # an ingestion step gave its barrier up: its data is offered at a new one
+        states = {t.id: self._state(t, cursor) for t in sources}
+        if any(st.kind != "complete" for st in states.values()):
+            return False
+        return not self._unchanged(job, {self.world.tables[t].name: st.snapshot for t, st in states.items()})
 
     def _needs_effect(self, job: JobView) -> bool:
         """The job's sinks do not reflect its current lineage: it must process once more."""

@@ -14,7 +14,7 @@ checks again, until the bound is met or `wait_seconds` ran out (docs/design.md, 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 import anyio
@@ -25,9 +25,12 @@ from metaservice.errors import InvalidRequest, NoConsistentVersion, NotFound, No
 from metaservice.repositories import versions as version_rows
 from metaservice.repositories.versions import Frontier
 from metaservice.schemas import Consistency, ConsistentVersions, FreshnessBound
+from metaservice.services import barriers
 
 # Each step back (past an aborted barrier or a lineage change) costs one query; pathological storms stop here.
 MAX_STEPS_BACK = 256
+# A read lets at most this many writers complete barriers idle before it answers (rule 12).
+MAX_IDLE_WRITERS = 64
 
 
 async def consistent_versions(
@@ -40,14 +43,55 @@ async def consistent_versions(
         _check_wait(db, bound)
         if bound.bounded:
             return await _fresh_versions(db, names=names, consistency=consistency, bound=bound)
+    found = await _read_settled(db, names=names, consistency=consistency)
+    if isinstance(found, ConsistentVersions):
+        return found
+    raise _none_yet(names, consistency, found)
 
-    async def work(conn: Connection) -> ConsistentVersions:
+
+@dataclass(frozen=True)
+class _Read:
+    """A read's answer (None: no barrier complete in every table that must hold one), the writers that hold it
+    back but may complete barriers idle (rule 12), and, with no answer, the tables that hold it back."""
+
+    versions: ConsistentVersions | None
+    idle_writers: list[str]
+    holding: list[dict[str, str | None]]
+
+
+async def _read_settled(
+    db: Database, *, names: list[str], consistency: Consistency
+) -> ConsistentVersions | list[dict[str, str | None]]:
+    """The consistent version, after letting writers that hold it back complete the barriers at which their inputs
+    did not change (rule 12: an idle job that does not poll never holds a read back). With no answer, the tables
+    (and their writers) that hold every barrier back."""
+
+    async def work(conn: Connection) -> _Read:
         return await _newest(conn, names=names, consistency=consistency)
 
-    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
+    read = await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
+    if read.idle_writers and await barriers.settle_idle(db, job_names=read.idle_writers):
+        read = await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
+    return read.versions if read.versions is not None else read.holding
 
 
-async def _newest(conn: Connection, *, names: list[str], consistency: Consistency) -> ConsistentVersions:
+def _none_yet(names: list[str], consistency: Consistency, holding: list[dict[str, str | None]]) -> NoConsistentVersion:
+    """404 naming what holds every barrier back: tables that never completed one, and their writers."""
+    held = "; ".join(_holder(h) for h in holding)
+    return NoConsistentVersion(
+        f"no barrier is complete in every table of {names} ({consistency}) yet" + (f": {held}" if held else ""),
+        tables=names,
+        consistency=consistency,
+        held_back_by=holding,
+    )
+
+
+def _holder(h: dict[str, str | None]) -> str:
+    writer = f", written by job {h['writer']!r}, which has committed none" if h["writer"] else ""
+    return f"{h['table']} has completed no barrier yet{writer}"
+
+
+async def _newest(conn: Connection, *, names: list[str], consistency: Consistency) -> _Read:
     """The consistent version now, in the caller's (REPEATABLE READ) transaction."""
     strong = consistency == "strong"
 
@@ -62,19 +106,21 @@ async def _newest(conn: Connection, *, names: list[str], consistency: Consistenc
         if missing:
             raise NotFound(f"tables not registered: {', '.join(missing)}", tables=missing)
     found = await newest_complete(first, at, strong=strong)
+    idle: list[str] = []
+    if first.bound is not None and (found is None or found[0] < first.bound):
+        ids = [t.table_id for t in first.tables]
+        idle = await version_rows.idle_writers(conn, table_ids=ids, head=first.bound, limit=MAX_IDLE_WRITERS)
     if found is None:
-        raise NoConsistentVersion(
-            f"no barrier is complete in every table of {names} ({consistency}) yet",
-            tables=names,
-            consistency=consistency,
-        )
+        holding = await version_rows.holding(conn, table_ids=[t.table_id for t in first.tables])
+        return _Read(None, idle, holding)
     barrier, frontier = found
     snapshots = {t.name: t.snapshot_id for t in frontier.tables if t.name is not None}
-    return ConsistentVersions(
+    versions = ConsistentVersions(
         consistency=consistency,
         barrier=barrier,
         versions={n: s for n in names if (s := snapshots.get(n)) is not None},
     )
+    return _Read(versions, idle, [])
 
 
 @dataclass(frozen=True)
@@ -85,6 +131,7 @@ class Standing:
     versions: ConsistentVersions | None
     issued_at: datetime | None
     now: datetime
+    holding: list[dict[str, str | None]] = field(default_factory=list)  # with no version: what holds it back
 
     @property
     def staleness_seconds(self) -> float | None:
@@ -104,17 +151,19 @@ class Standing:
 
 
 async def standing(db: Database, *, names: list[str], consistency: Consistency) -> Standing:
-    """The consistent version and its staleness by the database clock, in one read-only snapshot."""
+    """The consistent version and its staleness by the database clock, in one read-only snapshot (after idle
+    writers completed what they could, rule 12)."""
 
-    async def work(conn: Connection) -> Standing:
-        try:
-            found: ConsistentVersions | None = await _newest(conn, names=names, consistency=consistency)
-        except NoConsistentVersion:
-            found = None
-        issued, now = await version_rows.issued_at(conn, barrier=None if found is None else found.barrier)
-        return Standing(found, issued, now)
+    async def work(conn: Connection) -> tuple[_Read, datetime | None, datetime]:
+        read = await _newest(conn, names=names, consistency=consistency)
+        barrier = None if read.versions is None else read.versions.barrier
+        issued, now = await version_rows.issued_at(conn, barrier=barrier)
+        return read, issued, now
 
-    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
+    read, issued, now = await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
+    if read.idle_writers and await barriers.settle_idle(db, job_names=read.idle_writers):
+        read, issued, now = await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
+    return Standing(read.versions, issued, now, read.holding)
 
 
 def _check_wait(db: Database, bound: FreshnessBound) -> None:
@@ -153,11 +202,7 @@ async def _fresh_versions(
             break
         generation = await listener.wait(generation, timeout=remaining)
     if now.versions is None:
-        raise NoConsistentVersion(
-            f"no barrier is complete in every table of {names} ({consistency}) yet",
-            tables=names,
-            consistency=consistency,
-        )
+        raise _none_yet(names, consistency, now.holding)
     asked = (
         f"barrier {bound.min_barrier} or later"
         if bound.min_barrier is not None
