@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 FORMAT ?= delta
 
-.PHONY: install demo test test-fast soak serve lint typecheck bench clean
+.PHONY: install demo test test-fast soak serve lint typecheck docs bench clean
 
 install: $(STAMP)
 
@@ -41,6 +41,11 @@ lint: install
 # mypy --strict (pyproject.toml) over the code, its tests and the benchmarks.
 typecheck: install
 	$(BIN)/mypy metaservice spark_client tests bench
+
+# The documentation site (mkdocs.yml) into build/site; --strict: a broken link or anchor, or a page missing from
+# the nav, fails the build.
+docs: install
+	$(BIN)/mkdocs build --strict
 
 bench: install
 	$(BIN)/python -m bench
