@@ -91,11 +91,16 @@ class Record:
     server_errors: list[str] = field(default_factory=list)  # answers no request may get (500, ...)
     violations: list[str] = field(default_factory=list)
 
-    def add(self, item: Any) -> None:
+    def add(self, item: Handed | Outcome | Read | Change) -> None:
         with self.lock:
-            {Handed: self.handed, Outcome: self.outcomes, Read: self.reads, Change: self.changes}[type(item)].append(
-                item
-            )
+            if isinstance(item, Handed):
+                self.handed.append(item)
+            elif isinstance(item, Outcome):
+                self.outcomes.append(item)
+            elif isinstance(item, Read):
+                self.reads.append(item)
+            else:
+                self.changes.append(item)
 
     def wrote(self, outputs: Mapping[str, int], inputs: Mapping[str, int]) -> None:
         with self.lock:
