@@ -26,10 +26,16 @@ test: install
 test-fast: install
 	$(BIN)/pytest -n 2 --dist loadgroup -m "not slow and not spark and not crash and not browser"
 
-# The model-based walk over a changing lineage (tests/model), 10,000 steps; prints its figures at the end.
-# METASERVICE_SOAK_STEPS sets the length, METASERVICE_MODEL_SEED replays a seed.
+# The model-based walk over a changing lineage (tests/model), 10,000 steps, then the concurrent checker
+# (tests/checker) for six 5-minute runs with fresh seeds; each prints its figures. METASERVICE_SOAK_STEPS sets the
+# walk's length, METASERVICE_MODEL_SEED replays a walk; METASERVICE_CHECKER_SECONDS sets each checker run's length,
+# METASERVICE_CHECKER_SEED replays one.
 soak: install
 	METASERVICE_SOAK_STEPS=$${METASERVICE_SOAK_STEPS:-10000} $(BIN)/pytest -p no:cacheprovider -s -q tests/model/test_walk.py
+	for run in 1 2 3 4 5 6; do \
+	  METASERVICE_CHECKER_SECONDS=$${METASERVICE_CHECKER_SECONDS:-300} \
+	    $(BIN)/pytest -p no:cacheprovider -s -q tests/checker || exit 1; \
+	done
 
 serve: install
 	$(BIN)/metaservice serve

@@ -22,7 +22,6 @@ import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 Interval = tuple[float, float]
 

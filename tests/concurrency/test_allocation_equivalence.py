@@ -39,6 +39,23 @@ def _previous_function() -> str:
     script = ScriptDirectory.from_config(migrate.alembic_config("postgresql://unused/unused"))
     text = str(script.get_revision(_REQUEST_BY_REQUEST).module.ISSUE_BARRIERS)
     assert text.count("FUNCTION metaservice_issue_barriers(") == 1
+    # Since migration 2026-11-27-0900 a repeated `next` (its job has a barrier in flight) records its reports like
+    # a report and seals nothing; before, it recorded nothing. The reference gets the same rule.
+    in_flight = (
+        "                v_reqs[v_i] := v_req || jsonb_build_object('kind', 'report', 'roots', '{}'::jsonb);\n"
+        "                CONTINUE;\n"
+    )
+    recorded = (
+        "                v_reqs[v_i] := v_req || jsonb_build_object('kind', 'report');\n"
+        "                UPDATE tables t SET latest_snapshot_id = r.snapshot_id, latest_snapshot_at = now(),\n"
+        "                                    sealable = true, seal_candidate = true\n"
+        "                  FROM (SELECT key AS name, value::bigint AS snapshot_id\n"
+        "                          FROM jsonb_each_text(coalesce(v_req -> 'roots', '{}'::jsonb))) r\n"
+        "                 WHERE t.name = r.name AND r.snapshot_id > coalesce(t.latest_snapshot_id, -1);\n"
+        "                CONTINUE;\n"
+    )
+    assert text.count(in_flight) == 1
+    text = text.replace(in_flight, recorded)
     return text.replace("FUNCTION metaservice_issue_barriers(", "FUNCTION pg_temp.previous_issue_barriers(")
 
 

@@ -196,3 +196,18 @@ def test_a_job_registered_but_never_run_is_named_by_the_read_it_holds_back(api: 
     assert problem["code"] == "no_consistent_version"
     assert problem["held_back_by"] == [{"table": a, "writer": "never_ran"}]
     assert "never_ran" in problem["detail"] and a in problem["detail"]
+
+
+def test_a_root_reported_by_a_replayed_next_is_recorded_and_sealed_after_the_barrier_in_flight(
+    api: httpx.Client,
+) -> None:
+    r, x = "lake.raw.r", "lake.mid.x"
+    register(api, "J", [r], [x])
+    first = process(api, "J", {r: 1})  # ... and the job crashes before its commit
+    replayed = process(api, "J", {r: 2})  # the retry sees r = 2 in storage
+    assert (replayed["barrier"], replayed["inputs"]) == (first["barrier"], first["inputs"])  # replay is exact
+    assert ok(api.get(f"/tables/{path(r)}"))["latest_snapshot_id"] == 2  # recorded, not dropped
+    commit(api, "J", first["barrier"], {x: 10})
+    following = process(api, "J")  # no report now: the recorded snapshot is sealed for it
+    assert following["barrier"] > first["barrier"]
+    assert following["inputs"] == {r: {"snapshot_id": 2, "previous_snapshot_id": 1}}

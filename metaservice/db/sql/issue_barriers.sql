@@ -21,7 +21,8 @@ LANGUAGE plpgsql VOLATILE AS $fn$
 -- accepted request of the batch), records nothing. A seal request naming a `job` (the job's `next` reporting its
 -- roots) is also refused when the job is unknown or inactive or a reported table is not one of its current
 -- sources; it records only snapshots newer than the known ones, seals when any root the job reads has an unsealed
--- snapshot (its `when_unsealed` are those roots), and does nothing at all while the job has a barrier in flight.
+-- snapshot (its `when_unsealed` are those roots); while the job has a barrier in flight (a repeated `next`, whose
+-- barrier and inputs are fixed) it records the newer snapshots and seals nothing, like a report.
 -- Then, in request order:
 --   report:  answers the newest known snapshots;
 --   barrier: issues a barrier sealing every root's newest snapshot; a key issued before answers that barrier
@@ -112,11 +113,12 @@ BEGIN
                     ELSE 'record' END AS verdict
           FROM judged d
     )
-    SELECT array_agg(v.verdict <> 'error' ORDER BY v.i), array_agg(v.verdict = 'record' ORDER BY v.i),
-           array_agg(CASE WHEN v.verdict IN ('record', 'replay') THEN v.latest ELSE '{}'::jsonb END ORDER BY v.i),
+    SELECT array_agg(v.verdict <> 'error' ORDER BY v.i), array_agg(v.verdict IN ('record', 'in_flight') ORDER BY v.i),
+           array_agg(CASE WHEN v.verdict IN ('record', 'replay', 'in_flight') THEN v.latest ELSE '{}'::jsonb END
+                     ORDER BY v.i),
            array_agg(CASE v.verdict
                          WHEN 'error' THEN v.r || jsonb_build_object('error', v.error)
-                         WHEN 'in_flight' THEN v.r || jsonb_build_object('kind', 'report', 'roots', '{}'::jsonb)
+                         WHEN 'in_flight' THEN v.r || jsonb_build_object('kind', 'report')
                          WHEN 'record' THEN
                              CASE WHEN v.job_id IS NULL THEN v.r
                                   ELSE v.r || jsonb_build_object('when_unsealed', (
