@@ -548,7 +548,10 @@ class TableDelay(BaseModel):
     completed_at: datetime | None = Field(description="when the table completed `barrier`")
     end_to_end_seconds: float | None = Field(description="completed_at minus issued_at")
     critical_path: list[CriticalStep] = Field(description="from the roots to the table")
-    bottleneck_job: str | None
+    bottleneck_job: str | None = Field(
+        description="the job contributing most (waiting + processing) along the critical path; for a table that "
+        "completed no barrier yet, its writer (the job that has to run first; `bottleneck_seconds` null)"
+    )
     bottleneck_seconds: float | None
     path_truncated: bool = False
 
@@ -563,7 +566,10 @@ class DelaySummary(BaseModel):
     )
     freshness_seconds: float | None = Field(description="age of the newest complete barrier")
     lag_seconds: float | None = Field(description="how far the table is behind the newest root data (0: caught up)")
-    bottleneck_job: str | None
+    bottleneck_job: str | None = Field(
+        description="the job contributing most (waiting + processing) along the critical path; for a table that "
+        "completed no barrier yet, its writer (the job that has to run first; `bottleneck_seconds` null)"
+    )
     bottleneck_seconds: float | None
 
 

@@ -22,6 +22,7 @@ from metaservice.errors import NoConsistentVersion, NotFound
 from metaservice.repositories import barriers as barrier_rows
 from metaservice.repositories import lineage as lineage_rows
 from metaservice.repositories import tables as table_rows
+from metaservice.repositories import versions as version_rows
 from metaservice.repositories.lineage import JobFigures, Step, TableState
 from metaservice.schemas import CriticalStep, DelayList, DelaySummary, TableDelay
 from metaservice.services import barriers
@@ -62,6 +63,7 @@ async def table_delay(db: Database, *, table: str, barrier: int | None = None) -
             target, issued_at = barrier, issued.issued_at
         kind = _kind(state)
         if target is None or issued_at is None:
+            holders = await version_rows.holding(s, table_ids=[row.id])
             return TableDelay(
                 table=table,
                 table_kind=kind,
@@ -74,7 +76,7 @@ async def table_delay(db: Database, *, table: str, barrier: int | None = None) -
                 completed_at=None,
                 end_to_end_seconds=None,
                 critical_path=[],
-                bottleneck_job=None,
+                bottleneck_job=holders[0]["writer"] if holders else None,  # the writer that has to run first
                 bottleneck_seconds=None,
             )
         paths = _CriticalPaths({target: issued_at})
@@ -117,11 +119,15 @@ async def all_delays(db: Database) -> DelayList:
         await paths.load(s, [(t.id, t.barrier) for t in complete if t.barrier is not None])
         names = await paths.table_names(s)
         lags = await lag_figures.lags(s, [(t.id, t.barrier) for t in states], now=now, every_table=True)
+        never = [t.id for t in states if t.barrier is None and t.has_writer]
+        holders = {h["table"]: h["writer"] for h in await version_rows.holding(s, table_ids=never)} if never else {}
         summaries = []
         for t in states:
-            bottleneck = None
+            bottleneck: tuple[str, float | None] | None = None
             if t.barrier is not None:
                 bottleneck = _bottleneck(paths.path((t.id, t.barrier), names)[0])
+            elif holders.get(t.name):
+                bottleneck = (str(holders[t.name]), None)  # it completed nothing: its writer has to run first
             summaries.append(
                 DelaySummary(
                     table=t.name,

@@ -150,7 +150,7 @@ def test_table_that_completed_nothing_has_null_delay(chain: Driver) -> None:
     chain.next("j1", {RAW_A: 1})  # in flight, not committed
     delay = chain.delay(MART_D)
     assert delay["barrier"] is None and delay["delay_seconds"] is None
-    assert delay["critical_path"] == [] and delay["bottleneck_job"] is None
+    assert delay["critical_path"] == [] and delay["bottleneck_job"] == "j3"  # the writer that has to run first
 
 
 def test_delay_errors_are_problem_documents(chain: Driver) -> None:
@@ -177,7 +177,7 @@ def test_delays_lists_every_table_worst_first_with_its_bottleneck(chain: Driver)
     body = chain.api.get("/delays").json()
     delays = {d["table"]: d for d in body["delays"]}
     assert list(delays) == [MART_D, MART_C, MART_B, RAW_A]  # d never completed; c is older than b and a
-    assert delays[MART_D]["delay_seconds"] is None and delays[MART_D]["bottleneck_job"] is None
+    assert delays[MART_D]["delay_seconds"] is None and delays[MART_D]["bottleneck_job"] == "j3"  # it has to run
     assert delays[MART_C]["bottleneck_job"] == "j2"
     assert delays[MART_B]["barrier"] == delays[RAW_A]["barrier"] == t2
     assert delays[MART_C]["delay_seconds"] > delays[MART_B]["delay_seconds"] >= delays[RAW_A]["delay_seconds"]

@@ -196,6 +196,10 @@ def test_a_job_registered_but_never_run_is_named_by_the_read_it_holds_back(api: 
     assert problem["code"] == "no_consistent_version"
     assert problem["held_back_by"] == [{"table": a, "writer": "never_ran"}]
     assert "never_ran" in problem["detail"] and a in problem["detail"]
+    # the delays name it too: its table leads the list, with the job that has to run as its bottleneck
+    delays = ok(api.get("/delays"))["delays"]
+    assert (delays[0]["table"], delays[0]["barrier"], delays[0]["bottleneck_job"]) == (a, None, "never_ran")
+    assert ok(api.get(f"/tables/{path(a)}/delay"))["bottleneck_job"] == "never_ran"
 
 
 def test_a_root_reported_by_a_replayed_next_is_recorded_and_sealed_after_the_barrier_in_flight(
