@@ -21,8 +21,8 @@ from bench.context import Context
 
 if TYPE_CHECKING:
     from metaservice.db.database import Connection
+    from metaservice.domain.world import Writes
     from metaservice.repositories.protocol import GatherRequest
-    from metaservice.services.planner import Writes
 
 DATABASE = "bench_coalescing"
 

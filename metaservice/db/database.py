@@ -39,10 +39,10 @@ class Database:
         from metaservice.db.allocator import Allocator
         from metaservice.db.coalescer import Coalescer
         from metaservice.db.listener import ChangeListener, ChangeNotifier
+        from metaservice.domain.world import Writes
         from metaservice.repositories import protocol
         from metaservice.repositories import tokens as token_rows
         from metaservice.services.commit_hints import CommitHints
-        from metaservice.services.planner import Writes
 
         self.settings = settings
         self.deadline = settings.transaction_deadline()

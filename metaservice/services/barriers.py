@@ -21,6 +21,7 @@ from metaservice import failpoints
 from metaservice.db.allocator import Allocation, AllocationRequest
 from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import Unit, in_autocommit
+from metaservice.domain.world import JobView, RunView
 from metaservice.errors import (
     AlreadyCommitted,
     Forbidden,
@@ -50,14 +51,12 @@ from metaservice.services.openlineage import outbox as openlineage
 from metaservice.services.planner import (
     Allocate,
     Idle,
-    JobView,
     NeedAfter,
     NeedJobs,
     NeedRanges,
     Outcome,
     Planner,
     Process,
-    RunView,
     Wait,
 )
 from metaservice.services.tokens import ANONYMOUS_ADMIN, Principal

@@ -20,8 +20,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, replace
 
+from metaservice.domain.world import RunView, World
 from metaservice.repositories.protocol import Gathered
-from metaservice.services.planner import NeedAfter, Planner, RunView, World
+from metaservice.services.planner import NeedAfter, Planner
 
 HINTS_KEPT = 4096  # jobs per process; the oldest hint goes first (a job that never commits costs nothing more)
 

@@ -24,11 +24,12 @@ from metaservice.db import statements
 from metaservice.db.coalescer import Coalescer
 from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import Unit, in_autocommit
+from metaservice.domain.world import Writes
 from metaservice.errors import OutcomeUnknown, Unavailable
 from metaservice.repositories import protocol as protocol_rows
 from metaservice.repositories.protocol import Gathered, GatherRequest
 from metaservice.services import barriers, tokens
-from metaservice.services.planner import Planner, Writes
+from metaservice.services.planner import Planner
 from metaservice.settings import Settings
 
 R1, R2, MID, OUT, X = "lake.raw.r1", "lake.raw.r2", "lake.mid.m", "lake.mart.s", "lake.mart.x"

@@ -13,8 +13,8 @@ import anyio
 import httpx
 import psycopg
 
+from metaservice.domain.world import Writes
 from metaservice.repositories import protocol as protocol_rows
-from metaservice.services.planner import Writes
 
 
 def _process_and_commit(api: httpx.Client, job: str, roots: dict[str, int], sink: str, snapshot: int) -> int:

@@ -7,7 +7,8 @@ the step asked the database for ranges that only the plan held, and `next` answe
 
 from __future__ import annotations
 
-from metaservice.services.planner import JobView, Planner, Range, TableView, World
+from metaservice.domain.world import JobView, Range, TableView, World
+from metaservice.services.planner import Planner
 
 
 def _world() -> tuple[World, TableView, JobView]:

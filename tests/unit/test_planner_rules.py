@@ -21,22 +21,18 @@ from typing import Any
 
 import pytest
 
+from metaservice.domain.world import JobView, Range, RunView, TableView, World
 from metaservice.services.planner import (
     Allocate,
     Idle,
     InputAt,
-    JobView,
     NeedAfter,
     NeedJobs,
     NeedRanges,
     Outcome,
     Planner,
     Process,
-    Range,
-    RunView,
-    TableView,
     Wait,
-    World,
 )
 
 RangeSpec = tuple[int, int | None, int | None, str, str | None]  # first, last (None: open), snapshot, kind, job

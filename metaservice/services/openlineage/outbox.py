@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 if TYPE_CHECKING:
+    from metaservice.domain.world import JobView, RunView, World
     from metaservice.services.openlineage.emitter import OpenLineageEmitter
-    from metaservice.services.planner import JobView, RunView, World
 
 
 @dataclass(frozen=True)

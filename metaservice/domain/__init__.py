@@ -1,0 +1,1 @@
+"""Plain data the layers share: the protocol's planning state (`world`)."""
