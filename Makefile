@@ -9,10 +9,10 @@ FORMAT ?= delta
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[spark,dev]'
+	$(BIN)/pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
 demo: install
@@ -41,8 +41,8 @@ serve: install
 	$(BIN)/metaservice serve
 
 lint: install
-	$(BIN)/ruff check metaservice spark_client tests bench migrations
-	$(BIN)/ruff format --check metaservice spark_client tests bench migrations
+	$(BIN)/ruff check metaservice spark_client tests bench migrations setup.py
+	$(BIN)/ruff format --check metaservice spark_client tests bench migrations setup.py
 
 # mypy --strict (pyproject.toml) over the code, its tests and the benchmarks.
 typecheck: install
