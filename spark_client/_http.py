@@ -8,7 +8,6 @@ import functools
 import importlib.metadata
 import logging
 import os
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime

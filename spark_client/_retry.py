@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenacity import RetryCallState, Retrying, stop_after_attempt
+from tenacity import RetryCallState, Retrying
 from tenacity.wait import wait_exponential, wait_random_exponential
 
 from spark_client.errors import Unavailable
@@ -108,12 +108,14 @@ class RetryPolicy:
         """
         started = self.clock()
 
-        def out_of_budget(state: RetryCallState) -> bool:
-            """The wait ahead would end past the budget (the next attempt would start after `deadline`)."""
+        def stop(state: RetryCallState) -> bool:
+            """The attempts are used up, or the wait ahead would end past the budget (`deadline`)."""
+            if self.attempts is not None and state.attempt_number >= self.attempts:
+                return True
             return self.clock() - started + (state.upcoming_sleep or 0.0) >= self.deadline
 
         return Retrying(
-            stop=out_of_budget if self.attempts is None else stop_after_attempt(self.attempts) | out_of_budget,
+            stop=stop,
             wait=self.wait,
             retry=retry,
             sleep=self.sleep,
