@@ -41,12 +41,12 @@ serve: install
 	$(BIN)/metaservice serve
 
 lint: install
-	$(BIN)/ruff check metaservice spark_client tests bench migrations setup.py
-	$(BIN)/ruff format --check metaservice spark_client tests bench migrations setup.py
+	$(BIN)/ruff check metaservice spark_client tests bench migrations setup.py docs/examples
+	$(BIN)/ruff format --check metaservice spark_client tests bench migrations setup.py docs/examples
 
 # mypy --strict (pyproject.toml) over the code, its tests and the benchmarks.
 typecheck: install
-	$(BIN)/mypy metaservice spark_client tests bench
+	$(BIN)/mypy metaservice spark_client tests bench docs/examples
 
 # The documentation site (mkdocs.yml) into build/site; --strict: a broken link or anchor, or a page missing from
 # the nav, fails the build.
