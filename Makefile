@@ -9,10 +9,10 @@ FORMAT ?= delta
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[spark,dev]'
+	$(BIN)/pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
 demo: install
@@ -41,13 +41,13 @@ serve: install
 	$(BIN)/metaservice serve
 
 lint: install
-	$(BIN)/ruff check metaservice spark_client tests bench migrations demo
-	$(BIN)/ruff format --check metaservice spark_client tests bench migrations demo
+	$(BIN)/ruff check metaservice spark_client tests bench migrations demo setup.py docs/examples
+	$(BIN)/ruff format --check metaservice spark_client tests bench migrations demo setup.py docs/examples
 	$(BIN)/lint-imports  # the import layers contract (.importlinter, docs/design.md "Code layout")
 
 # mypy --strict (pyproject.toml) over the code, its tests and the benchmarks.
 typecheck: install
-	$(BIN)/mypy metaservice spark_client tests bench demo
+	$(BIN)/mypy metaservice spark_client tests bench demo docs/examples
 
 # The documentation site (mkdocs.yml) into build/site; --strict: a broken link or anchor, or a page missing from
 # the nav, fails the build.
