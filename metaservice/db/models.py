@@ -108,6 +108,9 @@ class Table(Base):
     latest_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
     latest_snapshot_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    # Set when an admin retired the table (no job used it): out of lists and reads; registrations naming it are
+    # refused until it is revived.
+    retired_at: Mapped[datetime | None]
 
 
 class Job(Base):

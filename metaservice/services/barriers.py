@@ -33,9 +33,11 @@ from metaservice.errors import (
     NotRoot,
     SnapshotConflict,
     SnapshotRegressed,
+    TableRetired,
     Unavailable,
 )
 from metaservice.repositories import protocol as protocol_rows
+from metaservice.repositories import tables as table_rows
 from metaservice.repositories import versions as version_rows
 from metaservice.repositories.protocol import Gathered, GatherRequest
 from metaservice.schemas import (
@@ -92,6 +94,13 @@ async def report_snapshot(db: Database, *, table: str, snapshot_id: int, committ
     """Record a new snapshot of a root table written outside MetaService; the next barrier seals it. An orphan
     (its writer job went) becomes a root again when reported at or above its newest known snapshot."""
     del committed_at  # accepted for the record; the database clock stamps reports
+
+    async def retired(unit: Unit) -> bool:
+        row = await table_rows.get(await unit.connection(), name=table)
+        return row is not None and row.retired_at is not None
+
+    if await in_autocommit(db, retired):
+        raise TableRetired(f"table {table!r} was retired by an admin; revive it to report snapshots", table=table)
     allocation = await _allocate(db, AllocationRequest("report", by="api", roots={table: snapshot_id}))
     return allocation.latest[table]
 
