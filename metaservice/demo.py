@@ -211,7 +211,16 @@ def run(base_url: str, lake: Path, rounds: int, started: float, *, table_format:
     steps = pipeline()
     with MetaServiceClient(base_url) as client:
         jobs = {
-            name: EtlJob(spark, client, catalog, job_id=name, sources=src, sinks=dst)
+            # the roots are appended after registration (`ingest`): declared, or register refuses them as unknown
+            name: EtlJob(
+                spark,
+                client,
+                catalog,
+                job_id=name,
+                sources=src,
+                sinks=dst,
+                future_roots=[t for t in src if t in (ORDERS, CUSTOMERS)],
+            )
             for name, (src, dst, _t, _m, _c) in steps.items()
         }
         for job in jobs.values():
