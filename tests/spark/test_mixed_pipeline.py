@@ -83,16 +83,8 @@ def test_a_mixed_format_pipeline_is_consistent_at_every_strong_read_in_spark_duc
         "iceberg",
     ]
     pipeline = {
-        "enrich": (
-            EtlJob(spark, client, mixed, job_id="enrich", sources=[ORDERS], sinks=[ENRICHED], future_roots=[ORDERS]),
-            enrich,
-            "append",
-        ),
-        "dims": (
-            EtlJob(spark, client, mixed, job_id="dims", sources=[CUSTOMERS], sinks=[DIM], future_roots=[CUSTOMERS]),
-            dims,
-            "overwrite",
-        ),
+        "enrich": (EtlJob(spark, client, mixed, job_id="enrich", sources=[ORDERS], sinks=[ENRICHED]), enrich, "append"),
+        "dims": (EtlJob(spark, client, mixed, job_id="dims", sources=[CUSTOMERS], sinks=[DIM]), dims, "overwrite"),
         "revenue": (
             EtlJob(spark, client, mixed, job_id="revenue", sources=[ENRICHED, DIM], sinks=[REVENUE]),
             revenue,
@@ -151,16 +143,17 @@ def test_a_mixed_format_pipeline_is_consistent_at_every_strong_read_in_spark_duc
 def test_each_format_reader_opens_the_snapshot_the_service_reports(
     spark: SparkSession, client: MetaServiceClient, mixed: RoutingCatalog
 ) -> None:
-    job = EtlJob(spark, client, mixed, job_id="enrich", sources=[ORDERS], sinks=[ENRICHED], future_roots=[ORDERS])
-    dims_job = EtlJob(spark, client, mixed, job_id="dims", sources=[CUSTOMERS], sinks=[DIM], future_roots=[CUSTOMERS])
+    job = EtlJob(spark, client, mixed, job_id="enrich", sources=[ORDERS], sinks=[ENRICHED])
+    dims_job = EtlJob(spark, client, mixed, job_id="dims", sources=[CUSTOMERS], sinks=[DIM])
     job.register()
     dims_job.register()
     dims_processed = []
     enriched_at: list[int] = []
     for round_no in (1, 2):
         ingest(spark, mixed, round_no)
-        runs = job.run_pending(enrich, mode="append")
-        enriched_at += [r.barrier for r in runs if r.action == "process" and r.barrier is not None]
+        enriched_at += [
+            r.barrier for r in job.run_pending(enrich, mode="append") if r.barrier is not None and r.action == "process"
+        ]
         results = dims_job.run_pending(dims, mode="overwrite")
         dims_processed += [r.barrier for r in results if r.action == "process"]
     reported = client.version(ENRICHED, "weak")
