@@ -99,6 +99,16 @@ class TableInUse(MetaServiceError):
     status, code, title = 409, "table_in_use", "Table is used by a job"
 
 
+class PartialRootGroup(MetaServiceError):
+    """A report names some roots of a group without the others: a barrier would seal a part of the group."""
+
+    status, code, title = 409, "partial_root_group", "Roots of a group are reported together"
+
+
+class RootGroupConflict(MetaServiceError):
+    status, code, title = 409, "root_group_conflict", "Table cannot join the root group"
+
+
 class RollbackConflict(MetaServiceError):
     status, code, title = 409, "rollback_conflict", "Rollback cannot proceed"
 

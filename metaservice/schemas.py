@@ -124,6 +124,12 @@ class RegisterJobRequest(Request):
         return self
 
 
+class RootGroupRequest(Request):
+    tables: Annotated[list[TableName], Field(min_length=1, max_length=MAX_BODY_ITEMS)] = Field(
+        description="the roots one ingestion writes together; the group holds exactly these afterwards"
+    )
+
+
 StartAt = Literal["newest", "earliest"] | BarrierValue
 
 
@@ -234,6 +240,15 @@ class TableRetirement(BaseModel):
     retired: bool = Field(description="true when the table is retired (after `retire`), false after `revive`")
     retired_at: datetime | None
     changed: bool = Field(description="false when the table was already in that state (nothing changed)")
+
+
+class RootGroup(BaseModel):
+    group: str
+    tables: list[str]
+
+
+class RootGroupList(BaseModel):
+    groups: list[RootGroup]
 
 
 class EdgeRemoval(BaseModel):

@@ -441,6 +441,30 @@ class MetaServiceClient:
         headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
         return IssuedBarrier.from_json(self._object("POST", "/barriers", json=body, headers=headers))
 
+    def set_root_group(self, group: str, tables: Sequence[str]) -> list[str]:
+        """Declare the roots one ingestion writes together: barriers seal all of them or none (admin). Idempotent.
+
+        A job's `next` report of one of them records nothing (it may see one appended and not the others); the
+        ingestion appends to every root of the group, then reports them together with `issue_barrier`.
+
+        Args:
+            group: the group's name (a job id's characters).
+            tables: the roots; the group holds exactly these afterwards.
+
+        Returns:
+            The group's tables, sorted.
+
+        Raises:
+            Conflict: `code` "root_group_conflict": a table a job writes, or one in another group.
+
+        Example:
+            client.set_root_group("ingest", ["lake.raw.events", "lake.raw.users"])
+            ...  # append to both tables, then:
+            client.issue_barrier({"lake.raw.events": 23, "lake.raw.users": 23})
+        """
+        data = self._object("PUT", f"/root-groups/{_segment(group)}", json={"tables": list(tables)})
+        return [str(t) for t in data["tables"]]
+
     def report_snapshot(self, table: str, snapshot_id: int, *, committed_at: datetime | None = None) -> None:
         """Report a new snapshot of a root table, written outside MetaService; the next barrier seals it.
 

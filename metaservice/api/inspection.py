@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
+
+from fastapi import APIRouter, Path
 
 from metaservice.api.deps import (
     AfterName,
@@ -16,7 +18,19 @@ from metaservice.api.deps import (
     table_name,
 )
 from metaservice.api.responses import problems
-from metaservice.schemas import JobHistory, JobInfo, JobList, TableHistory, TableInfo, TableList, TableRetirement
+from metaservice.schemas import (
+    JOB_PATTERN,
+    JobHistory,
+    JobInfo,
+    JobList,
+    RootGroup,
+    RootGroupList,
+    RootGroupRequest,
+    TableHistory,
+    TableInfo,
+    TableList,
+    TableRetirement,
+)
 from metaservice.services import inspection, registry
 
 router = APIRouter(tags=["inspection"])
@@ -84,3 +98,19 @@ async def revive_table(
 ) -> TableRetirement:
     """Undo a retirement (admins): the table is listed, readable and can be registered again."""
     return await registry.revive_table(db, table=table_name(catalog, database, table))
+
+
+RootGroupName = Annotated[str, Path(pattern=JOB_PATTERN, max_length=200, description="the group's name")]
+
+
+@router.put("/root-groups/{group}", responses=problems(409))
+async def set_root_group(group: RootGroupName, body: RootGroupRequest, db: DatabaseDep) -> RootGroup:
+    """Declare the roots one ingestion writes together (admins): barriers seal all of them or none. A job's `next`
+    report of one of them records nothing; `POST /barriers` names them all (else 409 `partial_root_group`)."""
+    return await registry.set_root_group(db, group=group, tables=body.tables)
+
+
+@router.get("/root-groups", responses=problems())
+async def list_root_groups(db: DatabaseDep) -> RootGroupList:
+    """Every root group with its tables."""
+    return await registry.root_groups(db)

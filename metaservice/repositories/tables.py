@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from metaservice.db.database import Connection
-from metaservice.repositories.driver import execute, fetch_as, fetch_one_as
+from metaservice.repositories.driver import execute, fetch_all, fetch_as, fetch_one_as
 
-_COLUMNS = "id, name, format, location, latest_snapshot_id, latest_snapshot_at, sealable, created_at, retired_at"
+_COLUMNS = (
+    "id, name, format, location, latest_snapshot_id, latest_snapshot_at, sealable, created_at, retired_at, root_group"
+)
 
 
 @dataclass(slots=True)
@@ -23,6 +25,7 @@ class TableRow:
     sealable: bool
     created_at: datetime
     retired_at: datetime | None = None
+    root_group: str | None = None
 
 
 _GET = f"SELECT {_COLUMNS} FROM tables WHERE name = %(name)s"
@@ -105,3 +108,33 @@ async def retire(conn: Connection, *, table_id: int) -> None:
 async def revive(conn: Connection, *, table_id: int) -> None:
     """A retired table is usable again: a root follows seals from its newest reported snapshot."""
     await execute(conn, _REVIVE, {"id": table_id})
+
+
+_GROUPS_OF = """
+    SELECT g.root_group, array_agg(g.name ORDER BY g.name)
+      FROM tables g
+     WHERE g.root_group IN (SELECT root_group FROM tables WHERE name = ANY(CAST(%(names)s AS text[])))
+     GROUP BY g.root_group
+"""
+_ALL_GROUPS = (
+    "SELECT root_group, array_agg(name ORDER BY name) FROM tables WHERE root_group IS NOT NULL GROUP BY 1 ORDER BY 1"
+)
+_SET_GROUP = """
+    UPDATE tables SET root_group = CASE WHEN id = ANY(CAST(%(ids)s AS bigint[])) THEN %(group)s END
+     WHERE id = ANY(CAST(%(ids)s AS bigint[])) OR root_group = %(group)s
+"""
+
+
+async def groups_of(conn: Connection, *, names: Sequence[str]) -> dict[str, list[str]]:
+    """Each root group holding any of `names`, with all its tables."""
+    rows = await fetch_all(conn, _GROUPS_OF, {"names": list(names)})
+    return {str(r[0]): [str(n) for n in r[1]] for r in rows}
+
+
+async def all_groups(conn: Connection) -> dict[str, list[str]]:
+    return {str(r[0]): [str(n) for n in r[1]] for r in await fetch_all(conn, _ALL_GROUPS)}
+
+
+async def set_group(conn: Connection, *, group: str, table_ids: Sequence[int]) -> None:
+    """The group holds exactly `table_ids` (its other tables leave it)."""
+    await execute(conn, _SET_GROUP, {"group": group, "ids": list(table_ids)})

@@ -19,6 +19,7 @@ from metaservice.errors import (
     CycleError,
     Forbidden,
     NotFound,
+    RootGroupConflict,
     TableHasWriter,
     TableInUse,
     TableMetadataConflict,
@@ -37,6 +38,8 @@ from metaservice.schemas import (
     JobRegistration,
     RegisterJobRequest,
     Registration,
+    RootGroup,
+    RootGroupList,
     TableDeclaration,
     TableRetirement,
     Unregistration,
@@ -225,6 +228,53 @@ async def revive_table(db: Database, *, table: str) -> TableRetirement:
         return TableRetirement(table=table, retired=False, retired_at=None, changed=True)
 
     return await in_transaction(db, work)
+
+
+async def set_root_group(db: Database, *, group: str, tables: list[str]) -> RootGroup:
+    """Declare the roots one ingestion writes together: a barrier seals all of them or none (a job's report of one
+    of them records nothing; `POST /barriers` names them all). Creates tables on first sight; idempotent."""
+
+    async def work(conn: Connection) -> RootGroup:
+        await lock_registry(conn)
+        names = sorted(set(tables))
+        rows = [await table_rows.lock_or_insert(conn, name=name) for name in names]
+        for name, row in zip(names, rows, strict=True):
+            if row.name != name:
+                raise TableNameConflict(
+                    f"table {name!r} differs only in case from the registered table {row.name!r}",
+                    table=name,
+                    registered=row.name,
+                )
+            if row.retired_at is not None:
+                raise TableRetired(f"table {name!r} was retired by an admin; revive it first", table=name)
+            if row.root_group is not None and row.root_group != group:
+                raise RootGroupConflict(
+                    f"table {name!r} belongs to root group {row.root_group!r}; a root is in one group at most",
+                    table=name,
+                    root_group=row.root_group,
+                )
+            writer = await edge_rows.writer_of(conn, table_id=row.id)
+            if writer is not None:
+                raise RootGroupConflict(
+                    f"table {name!r} is written by job {writer[1]!r}: only roots form groups (a job's sinks are "
+                    "already committed together)",
+                    table=name,
+                    writer=writer[1],
+                )
+        await table_rows.set_group(conn, group=group, table_ids=[r.id for r in rows])
+        return RootGroup(group=group, tables=names)
+
+    return await in_transaction(db, work)
+
+
+async def root_groups(db: Database) -> RootGroupList:
+    """Every root group with its tables."""
+
+    async def work(conn: Connection) -> RootGroupList:
+        groups = await table_rows.all_groups(conn)
+        return RootGroupList(groups=[RootGroup(group=g, tables=t) for g, t in groups.items()])
+
+    return await in_transaction(db, work, read_only=True)
 
 
 async def remove_edge(db: Database, *, job_id: str, table: str, role: Role) -> EdgeRemoval:
