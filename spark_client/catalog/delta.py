@@ -25,6 +25,8 @@ from datetime import UTC, date, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
+from deltalake import DeltaTable  # the `delta` extra: importing DeltaCatalog without it names the extra
+
 from spark_client.catalog import _retention, _writes
 from spark_client.catalog._writes import (
     BARRIER_KEY,
@@ -46,7 +48,6 @@ from spark_client.catalog.base import CommitKind, CommitRecord, NotAppendOnly, U
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
     import pyarrow.parquet as pq
-    from deltalake import DeltaTable
     from deltalake.transaction import AddAction
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
@@ -254,8 +255,6 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
             return self.read_at(spark, table, snapshot_id)
         if after_snapshot_id > snapshot_id:
             raise ValueError(f"after_snapshot_id {after_snapshot_id} is newer than snapshot_id {snapshot_id}")
-        from deltalake import DeltaTable
-
         now = self._open_readable(table, snapshot_id)
         files = now.file_uris()
         before = set(DeltaTable(self.location(table), version=after_snapshot_id).file_uris())
@@ -294,7 +293,7 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
         Example:
             catalog.restore("lake.mart.orders_enriched", 4)
         """
-        from deltalake import CommitProperties, DeltaTable
+        from deltalake import CommitProperties
 
         location, write_id = self.location(table), uuid.uuid4().hex
         delta = DeltaTable(location)
@@ -311,8 +310,6 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
 
     def _storage(self, table: str, floor: int) -> _retention.Storage:
         """Every file of every version from `floor` to the newest stays; the log itself is never touched."""
-        from deltalake import DeltaTable
-
         location = self.location(table)
         newest = DeltaTable(location).version()
         keep: set[str] = set()
@@ -334,13 +331,10 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
         Example:
             ds = catalog.arrow_dataset("lake.raw.orders", 12)
         """
-        from deltalake import DeltaTable
-
         dataset: pads.Dataset = DeltaTable(self.location(table), version=snapshot_id).to_pyarrow_dataset()
         return dataset
 
     def _open(self, table: str) -> DeltaTable | None:
-        from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
         try:
@@ -349,8 +343,6 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
             return None
 
     def _open_readable(self, table: str, version: int) -> DeltaTable:
-        from deltalake import DeltaTable
-
         delta = DeltaTable(self.location(table), version=version)
         features = set(delta.protocol().reader_features or ()) & _UNREADABLE_FEATURES
         if features or delta.metadata().partition_columns:
@@ -378,7 +370,7 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
         data commit."""
         if handle is None or not write.added or write.replaces_all:
             return handle
-        from deltalake import CommitProperties, DeltaTable
+        from deltalake import CommitProperties
         from deltalake import Field as DeltaField
 
         handle.alter.add_columns(
