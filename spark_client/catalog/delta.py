@@ -44,6 +44,7 @@ from spark_client.catalog._writes import (
     local_root,
 )
 from spark_client.catalog.base import CommitKind, CommitRecord, NotAppendOnly, UnsupportedTable
+from spark_client.modes import Append
 
 if TYPE_CHECKING:
     import pyarrow.dataset as pads
@@ -413,8 +414,8 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
                         commit_properties=properties,
                     )
                     return _own_version(location, read_version=-1, write_id=write.write_id)
-            # another writer created it meanwhile: commit on top when the schema agrees
-            _writes.resolve_schema(write.table, _spark_schema(delta), write.schema, write.mode)
+            # another writer created it meanwhile: commit on top when the schemas are the same
+            _writes.resolve_schema(write.table, _spark_schema(delta), write.schema, Append())
         read_version = delta.version()
         now = int(time.time() * 1000)
         removes = [RemoveAction(path, True, now, size, {}) for path, size in removed]
