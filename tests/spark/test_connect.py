@@ -25,9 +25,12 @@ from tests import support
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-pytestmark = pytest.mark.spark
+# One worker runs the module's tests one after the other: while a Connect session lives, pyspark routes this
+# process's DataFrame functions to Spark Connect (SPARK_CONNECT_MODE_ENABLED), so no classic test may interleave.
+pytestmark = [pytest.mark.spark, pytest.mark.xdist_group("spark-connect")]
 RAW, LATEST, HISTORY = "lake.raw.readings", "lake.mart.latest", "lake.mart.history"
 _STARTED = "Spark Connect server started"
+_MODE_VARIABLES = ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE")  # what pyspark sets for a remote session
 
 
 @pytest.fixture(scope="module", name="connect")
@@ -68,11 +71,17 @@ def fx_connect(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSessio
             what=f"the Spark Connect server on port {port} (log: {log})",
         )
         assert server.poll() is None, f"the Spark Connect server exited: {log.read_text(errors='replace')[-2000:]}"
+        before = {name: os.environ.get(name) for name in _MODE_VARIABLES}
         spark = SparkSession.builder.remote(f"sc://127.0.0.1:{port}").create()
         try:
             yield spark
         finally:
             spark.stop()
+            for name, value in before.items():  # the classic `spark` of the other modules works again
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     finally:
         support.stop_group(server, timeout=60)
 
