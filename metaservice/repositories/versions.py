@@ -87,10 +87,21 @@ _FRONTIER = f"""
           FROM newest n CROSS JOIN bound
          GROUP BY bound.b
     ),
+    -- The newest lineage change before the bound that can make the component another one: a change of an edge
+    -- on a table of the scope, or of an edge of a job of the component (changes elsewhere in the catalog never
+    -- cost a strong read a step back: a busy catalog made reads run out of steps, docs/design.md rule 9).
+    touched(e_id, added_after, removed_after) AS (
+        SELECT e.id, e.added_after, e.removed_after FROM lineage_edges e WHERE e.table_id IN (SELECT table_id FROM scope)
+        UNION
+        SELECT e.id, e.added_after, e.removed_after
+          FROM lineage_edges e
+         WHERE e.job_id IN (SELECT w.job_id FROM lineage_edges w CROSS JOIN bound
+                             WHERE w.table_id IN (SELECT table_id FROM scope) AND {_AT_B.format(e="w")})
+    ),
     lower AS (
         SELECT greatest(
-                   (SELECT max(e.added_after) FROM lineage_edges e WHERE e.added_after < bound.b),
-                   (SELECT max(e.removed_after) FROM lineage_edges e WHERE e.removed_after < bound.b)) AS l
+                   (SELECT max(t.added_after) FROM touched t WHERE t.added_after < bound.b),
+                   (SELECT max(t.removed_after) FROM touched t WHERE t.removed_after < bound.b)) AS l
           FROM bound
     )
     SELECT bound.b, candidate.c, lower.l, m.table_id, m.name, c.first_barrier, c.snapshot_id, c.holds

@@ -22,7 +22,7 @@ import anyio
 
 from metaservice.db.database import Connection
 from metaservice.db.transaction import in_transaction
-from metaservice.errors import InvalidRequest, NoConsistentVersion, NotFound, NotFreshEnough
+from metaservice.errors import InvalidRequest, NoConsistentVersion, NotFound, NotFreshEnough, Unavailable
 from metaservice.repositories import versions as version_rows
 from metaservice.repositories.versions import Frontier
 from metaservice.schemas import Consistency, ConsistentVersions, FreshnessBound
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from metaservice.runtime import Runtime  # built in the lifespan and passed in; never built here
 
 # Each step back (past an aborted barrier or a lineage change) costs one query; pathological storms stop here.
-MAX_STEPS_BACK = 256
+MAX_STEPS_BACK = 1024
 # A read lets at most this many writers complete barriers idle before it answers (rule 12).
 MAX_IDLE_WRITERS = 64
 
@@ -258,7 +258,12 @@ async def newest_complete(
             return candidate, frontier
         target = min(starts) - 1
         frontier = await at(lower if lower is not None and target <= lower else target)
-    return None
+    # Out of steps is not "none is complete": answering 404 here would send a strong read back (503: retry).
+    raise Unavailable(
+        f"the newest complete version lies behind more than {MAX_STEPS_BACK} lineage changes or aborted stretches; "
+        "retry shortly",
+        retry_after=5,
+    )
 
 
 async def snapshot_at_strong(conn: Connection, *, table_id: int) -> tuple[int, int] | None:
