@@ -32,9 +32,15 @@ class AsOf(NamedTuple):
 def _alive(alias: str, mode: str) -> str:
     """The SQL condition for an edge `alias` of the lineage `mode` ("now", "barrier" or "time")."""
     if mode == "barrier":
+        # In effect at the barrier, or used to settle it: a job that came back settles the barriers it missed,
+        # issued before its new edges were added (a run made while the edge existed, covering the barrier).
         return (
-            f"{alias}.added_after < %(as_of_barrier)s"
-            f" AND ({alias}.removed_after IS NULL OR {alias}.removed_after >= %(as_of_barrier)s)"
+            f"(({alias}.added_after < %(as_of_barrier)s"
+            f" AND ({alias}.removed_after IS NULL OR {alias}.removed_after >= %(as_of_barrier)s))"
+            f" OR EXISTS (SELECT 1 FROM job_runs u WHERE u.job_id = {alias}.job_id"
+            f" AND u.first_barrier <= %(as_of_barrier)s AND u.barrier >= %(as_of_barrier)s"
+            f" AND u.status IN ('committed', 'idle') AND u.started_at >= {alias}.created_at"
+            f" AND ({alias}.removed_at IS NULL OR u.started_at < {alias}.removed_at)))"
         )
     if mode == "time":
         return (
