@@ -44,3 +44,22 @@ def test_a_revived_jobs_edges_are_in_the_graph_as_of_the_barriers_it_settled_aft
 
     assert edges_as_of(api, b2) == {(f"table:{R}", "job:J"), ("job:J", f"table:{X}")}
     assert edges_as_of(api, b1) == {(f"table:{R}", "job:J"), ("job:J", f"table:{X}")}
+
+
+def test_a_past_time_shows_only_the_completions_made_by_then(api: httpx.Client) -> None:
+    flow = Flow(api)
+    flow.register("J", sources=[R], sinks=[X])
+    flow.report(R, 1)
+    b1 = flow.issue()
+    flow.run("J", {X: 10})
+    flow.report(R, 2)
+    issued = api.post("/barriers").json()
+    then = issued["issued_at"]  # b2 is issued; J completes it only afterwards
+    assert flow.run("J", {X: 11}) == issued["barrier"]
+
+    nodes = {n["id"]: n for n in api.get("/lineage", params={"as_of": then}).json()["nodes"]}
+    assert nodes[f"table:{R}"]["newest_complete_barrier"] == issued["barrier"]  # sealed by b2 itself
+    assert nodes[f"table:{X}"]["newest_complete_barrier"] == b1  # J's completion of b2 came later
+    assert nodes[f"table:{X}"]["newest_complete_snapshot_id"] == 10
+    now = {n["id"]: n for n in api.get("/lineage").json()["nodes"]}
+    assert now[f"table:{X}"]["newest_complete_barrier"] == issued["barrier"]
