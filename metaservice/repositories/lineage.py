@@ -32,9 +32,15 @@ class AsOf(NamedTuple):
 def _alive(alias: str, mode: str) -> str:
     """The SQL condition for an edge `alias` of the lineage `mode` ("now", "barrier" or "time")."""
     if mode == "barrier":
+        # In effect at the barrier, or used to settle it: a job that came back settles the barriers it missed,
+        # issued before its new edges were added (a run made while the edge existed, covering the barrier).
         return (
-            f"{alias}.added_after < %(as_of_barrier)s"
-            f" AND ({alias}.removed_after IS NULL OR {alias}.removed_after >= %(as_of_barrier)s)"
+            f"(({alias}.added_after < %(as_of_barrier)s"
+            f" AND ({alias}.removed_after IS NULL OR {alias}.removed_after >= %(as_of_barrier)s))"
+            f" OR EXISTS (SELECT 1 FROM job_runs u WHERE u.job_id = {alias}.job_id"
+            f" AND u.first_barrier <= %(as_of_barrier)s AND u.barrier >= %(as_of_barrier)s"
+            f" AND u.status IN ('committed', 'idle') AND u.started_at >= {alias}.created_at"
+            f" AND ({alias}.removed_at IS NULL OR u.started_at < {alias}.removed_at)))"
         )
     if mode == "time":
         return (
@@ -252,9 +258,9 @@ _TABLE_NODES_AS_OF = """
               FROM tables x WHERE x.id = i.id
             OFFSET 0) t
       LEFT JOIN LATERAL (
-            SELECT s.snapshot_id, s.last_barrier FROM snapshot_ranges s
+            SELECT s.snapshot_id, {last_barrier} AS last_barrier FROM snapshot_ranges s
              WHERE s.table_id = t.id AND s.snapshot_id IS NOT NULL
-               AND s.first_barrier <= CAST(%(as_of_barrier)s AS bigint)
+               AND s.first_barrier <= CAST(%(as_of_barrier)s AS bigint){made_by}
              ORDER BY s.first_barrier DESC LIMIT 1) r ON true
       CROSS JOIN LATERAL (
             SELECT CASE WHEN r.snapshot_id IS NULL THEN NULL
@@ -262,7 +268,18 @@ _TABLE_NODES_AS_OF = """
       LEFT JOIN LATERAL (SELECT x.issued_at FROM barriers x WHERE x.barrier = c.barrier OFFSET 0) b ON true
      ORDER BY t.name COLLATE "C"
     """
-_TABLE_NODES_AS_OF_BY_MODE = {m: _TABLE_NODES_AS_OF.format(alive_e=_alive("e", m)) for m in ("barrier", "time")}
+# As of a time t, only what was true at t: completions made by then (a range created after t did not exist yet;
+# a job's range extended after t, by idle completions, counts only its first barrier, the one it surely held).
+_AS_OF_TIME_RANGES = {
+    "last_barrier": "CASE WHEN s.kind = 'sealed' OR s.updated_at <= %(as_of_time)s THEN s.last_barrier"
+    " ELSE s.first_barrier END",
+    "made_by": " AND s.created_at <= %(as_of_time)s",
+}
+_AS_OF_BARRIER_RANGES = {"last_barrier": "s.last_barrier", "made_by": ""}
+_TABLE_NODES_AS_OF_BY_MODE = {
+    "barrier": _TABLE_NODES_AS_OF.format(alive_e=_alive("e", "barrier"), **_AS_OF_BARRIER_RANGES),
+    "time": _TABLE_NODES_AS_OF.format(alive_e=_alive("e", "time"), **_AS_OF_TIME_RANGES),
+}
 _LIVE_TABLE_IDS = "SELECT id FROM tables WHERE retired_at IS NULL ORDER BY name"
 _TABLE_IDS_AS_OF = """
     SELECT id FROM tables WHERE created_at <= %(as_of_time)s AND (retired_at IS NULL OR retired_at > %(as_of_time)s)
