@@ -14,6 +14,8 @@ request is answered 429 with Retry-After, instead of a 503 after the pool timeou
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import weakref
 from collections.abc import AsyncIterator
@@ -24,9 +26,10 @@ import anyio
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout, TooManyRequests
 
-from metaservice.settings import Settings
+from metaservice.settings import Settings, primary_conninfo
 
 Connection = psycopg.AsyncConnection[Any]
+logger = logging.getLogger("metaservice.db")
 
 
 class Database:
@@ -46,11 +49,21 @@ class Database:
 
         self.settings = settings
         self.deadline = settings.transaction_deadline()
-        self.conninfo = settings.libpq_url()
+        self.conninfo = primary_conninfo(settings.libpq_url())  # only a server that takes writes (failover)
+        dead = settings.dead_connection_seconds
         self.connect_kwargs: dict[str, Any] = {
             "autocommit": True,
             "application_name": application_name,
             "connect_timeout": max(1, int(settings.connect_timeout)),
+            # A host that vanishes without closing the connection (a network cut, a dead machine) is noticed
+            # within about `dead_connection_seconds`: keepalive probes after a third of it idle, one a second,
+            # three lost end the connection; data unacknowledged that long ends it too (TCP only: libpq ignores
+            # these on unix sockets).
+            "keepalives": 1,
+            "keepalives_idle": max(1, int(dead / 3)),
+            "keepalives_interval": 1,
+            "keepalives_count": 3,
+            "tcp_user_timeout": int(dead * 1000),
             # Generic plans: the hot statements are prepared once per connection and called with parameters
             # whose shapes vary (a gather with and without input windows, writes of 1-3 rows). Left to choose,
             # PostgreSQL re-planned a sixth of the gathers (~1.5 ms each) and a quarter of the writes under
@@ -95,6 +108,10 @@ class Database:
         self._waiting = 0  # requests of this process waiting for a connection right now
         self._away = False  # a wait for a connection timed out while connection attempts failed: unreachable
         self._errors_at_success = 0  # the pool's failed connection attempts when a connection was last obtained
+        # Bumped when a connection met a server that no longer takes writes (a demoted primary): every connection
+        # made before is replaced, the pooled ones by a drain, the dedicated ones before their next use.
+        self.generation = 0
+        self._draining: asyncio.Task[None] | None = None
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
@@ -120,6 +137,11 @@ class Database:
         self._away, self._errors_at_success = False, self._connect_errors()
         try:
             yield conn
+        except psycopg.errors.ReadOnlySqlTransaction:
+            with anyio.CancelScope(shield=True):
+                await conn.close()  # the pool discards a closed connection
+            self.retire("a pooled connection reached a read-only server")
+            raise
         finally:
             with anyio.CancelScope(shield=True):  # a connection given back half-way would be lost to the pool
                 await self.pool.putconn(conn)
@@ -129,6 +151,8 @@ class Database:
         await self.pool.open(wait=True, timeout=self.settings.connect_timeout + self.settings.pool_timeout)
 
     async def close(self) -> None:
+        if self._draining is not None:
+            await asyncio.gather(self._draining, return_exceptions=True)
         await self.listener.close()  # waiters answer before the pool goes
         await self.notifier.close()
         await self.allocator.close()
@@ -141,6 +165,19 @@ class Database:
         """A dedicated connection outside the pool (the allocator's), with the same options."""
         return await psycopg.AsyncConnection.connect(self.conninfo, **self.connect_kwargs)
 
+    def retire(self, what: str) -> None:
+        """Replace every database connection: `what` shows that the server they were made to is no longer the
+        primary: a connection reached a server that refuses writes (SQLSTATE 25006: a primary that came back as a
+        standby, behind an address that moved late), or one went unanswered past every timeout PostgreSQL itself
+        applies (the host vanished without closing it). Every pooled connection is replaced (psycopg's drain;
+        those in use when they come back) and every dedicated one before its next statement (`generation`). New
+        connections only accept a server that takes writes (`target_session_attrs=read-write`), so they reach the
+        new primary once the address points at it."""
+        self.generation += 1
+        logger.warning("%s: replacing every database connection", what)
+        if self._draining is None or self._draining.done():
+            self._draining = asyncio.get_running_loop().create_task(self.pool.drain(), name="metaservice-drain")
+
     async def _mark_returned(self, conn: Connection) -> None:
         self._returned_at[conn] = time.monotonic()
 
@@ -148,7 +185,8 @@ class Database:
         """Ping a connection that sat idle longer than `idle_check_seconds`; a failed ping discards it."""
         returned = self._returned_at.get(conn)
         if returned is None or time.monotonic() - returned >= self.settings.idle_check_seconds:
-            await conn.execute("")
+            with anyio.fail_after(self.settings.connect_timeout):  # a vanished host never answers: discard it
+                await conn.execute("")
 
     def _connect_errors(self) -> int:
         return int(self.pool.get_stats().get("connections_errors", 0))

@@ -41,6 +41,7 @@ SERVER_ENV = {
     "METASERVICE_CONNECT_TIMEOUT": "2",
     "METASERVICE_POOL_TIMEOUT": "3",
     "METASERVICE_POOL_SIZE": "8",
+    "METASERVICE_DEAD_CONNECTION_SECONDS": "6",
 }
 VARIANTS = ("multi-host", "proxy-at-once", "proxy-late", "vanish")
 
