@@ -142,7 +142,7 @@ class Coalescer(Generic[Q, A]):
     async def _send(self, batch: list[_Pending[Q, A]]) -> None:
         sent = False
         try:
-            with anyio.fail_after(self._deadline()):
+            with anyio.fail_after(self._deadline()), self._db.retirable():
                 conn = await self._connection()
                 if self._writes:
                     failpoints.hit("before_commit")
@@ -174,7 +174,7 @@ class Coalescer(Generic[Q, A]):
             else:
                 await self._discard()
                 if isinstance(exc, TimeoutError):  # PostgreSQL would have answered by now: the host is gone
-                    self._db.retire(f"{self._name} got no answer within {self._deadline():g}s")
+                    self._db.retire(f"{self._name} got no answer within {self._deadline():g}s", interrupt=True)
             self._fail(batch, _error_for(exc, sent=sent, writes=self._writes, what=self._what))
             return
         self._last_used = time.monotonic()

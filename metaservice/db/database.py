@@ -18,8 +18,8 @@ import asyncio
 import logging
 import time
 import weakref
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import anyio
@@ -112,6 +112,7 @@ class Database:
         # made before is replaced, the pooled ones by a drain, the dedicated ones before their next use.
         self.generation = 0
         self._draining: asyncio.Task[None] | None = None
+        self._in_flight: set[anyio.CancelScope] = set()  # statements a retirement interrupts (`retirable`)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
@@ -165,18 +166,35 @@ class Database:
         """A dedicated connection outside the pool (the allocator's), with the same options."""
         return await psycopg.AsyncConnection.connect(self.conninfo, **self.connect_kwargs)
 
-    def retire(self, what: str) -> None:
+    def retire(self, what: str, *, interrupt: bool = False) -> None:
         """Replace every database connection: `what` shows that the server they were made to is no longer the
         primary: a connection reached a server that refuses writes (SQLSTATE 25006: a primary that came back as a
         standby, behind an address that moved late), or one went unanswered past every timeout PostgreSQL itself
         applies (the host vanished without closing it). Every pooled connection is replaced (psycopg's drain;
         those in use when they come back) and every dedicated one before its next statement (`generation`). New
         connections only accept a server that takes writes (`target_session_attrs=read-write`), so they reach the
-        new primary once the address points at it."""
+        new primary once the address points at it. With `interrupt` (the host is gone), the work waiting on those
+        connections (`retirable`) is interrupted instead of waiting for its deadline."""
         self.generation += 1
         logger.warning("%s: replacing every database connection", what)
+        if interrupt:
+            for scope in list(self._in_flight):  # waiting on a vanished host: they would wait until their deadline
+                scope.cancel()
         if self._draining is None or self._draining.done():
             self._draining = asyncio.get_running_loop().create_task(self.pool.drain(), name="metaservice-drain")
+
+    @contextmanager
+    def retirable(self) -> Iterator[None]:
+        """Database work that `retire()` interrupts: its connection is one of those given up, so waiting for its
+        answer is waiting for a host that is gone. Raises `ConnectionError` when interrupted."""
+        with anyio.CancelScope() as scope:
+            self._in_flight.add(scope)
+            try:
+                yield
+            finally:
+                self._in_flight.discard(scope)
+        if scope.cancelled_caught:
+            raise ConnectionError("the connection was retired: its server is no longer the primary")
 
     async def _mark_returned(self, conn: Connection) -> None:
         self._returned_at[conn] = time.monotonic()

@@ -278,7 +278,9 @@ class ChangeListener:
                             with anyio.fail_after(check_every):
                                 await self._conn.execute("SELECT 1")
                         except TimeoutError:  # the others were made to the same host: replace them too
-                            self._db.retire(f"the change listener's check got no answer within {check_every:g}s")
+                            self._db.retire(
+                                f"the change listener's check got no answer within {check_every:g}s", interrupt=True
+                            )
                             raise
             except Exception as exc:  # an outage (psycopg.Error, OSError, a timeout) or a bug: keep listening
                 logger.warning("listening on %s failed (%s); reconnecting in %.1fs", CHANNEL, exc, backoff)

@@ -138,14 +138,15 @@ async def in_autocommit(db: Database, work: Callable[[Unit], Awaitable[T]], *, c
         with anyio.fail_after(db.deadline):
             async with AsyncExitStack() as stack:
                 unit = Unit(db, stack)
-                if connected:
-                    await unit.connection()
-                return await work(unit)
+                with db.retirable():
+                    if connected:
+                        await unit.connection()
+                    return await work(unit)
     except TooManyRequests as exc:
         raise _overloaded(db) from exc
     except TimeoutError as exc:
         if unit is not None and unit.holds_connection:  # PostgreSQL's own timeouts did not end it: host gone?
-            db.retire(f"a request's connection got no answer within {db.deadline:g}s")
+            db.retire(f"a request's connection got no answer within {db.deadline:g}s", interrupt=True)
         if unit is not None and unit.sent_write:
             raise _lost(exc, writing=True) from exc
         logger.warning("no answer from the database within %.1fs", db.deadline)
@@ -176,7 +177,7 @@ async def in_transaction(
     for attempt in range(1, attempts + 1):
         committing = False
         try:
-            with anyio.fail_after(db.deadline):
+            with anyio.fail_after(db.deadline), db.retirable():
                 async with db.connection() as conn:
                     statements.count()
                     await conn.execute(begin)
@@ -198,7 +199,7 @@ async def in_transaction(
         except TooManyRequests as exc:
             raise _overloaded(db) from exc
         except TimeoutError as exc:
-            db.retire(f"a transaction got no answer within {db.deadline:g}s")
+            db.retire(f"a transaction got no answer within {db.deadline:g}s", interrupt=True)
             if committing:
                 raise _lost(exc, writing=True) from exc
             logger.warning("no answer from the database within %.1fs", db.deadline)

@@ -82,10 +82,12 @@ def test_failover_under_load(cluster: Cluster, variant: str, tmp_path: Path) -> 
             if variant == "vanish":
                 assert balancer is not None
                 balancer.vanish()
+            killed = time.monotonic()
             promoted = cluster.failover_kill_and_promote()
             if balancer is not None and variant != "proxy-late":
                 balancer.point(new.port)
             cluster.rejoin_old_primary()
+            rejoined = time.monotonic()
             if variant == "proxy-late":
                 assert balancer is not None
                 # the servers meet the old primary back as a read-only standby before the address moves
@@ -104,7 +106,8 @@ def test_failover_under_load(cluster: Cluster, variant: str, tmp_path: Path) -> 
             )
             recovery = load.first_write_after(promoted)
             _progress(load, 12, timeout=60, what="the pipeline to run after the failover")
-        problems = check(load.record, cluster.primary.url("metaservice"))
+        recovered_at = promoted + max(recovery.values())
+        problems = check(load.record, cluster.primary.url("metaservice"), recovered_at=recovered_at)
     finally:
         for server in servers:
             server.stop()
@@ -112,7 +115,9 @@ def test_failover_under_load(cluster: Cluster, variant: str, tmp_path: Path) -> 
             balancer.close()
     figures = ", ".join(f"server {i + 1} {seconds:.2f}s" for i, seconds in sorted(recovery.items()))
     print(
-        f"\nfailover [{variant}]: writes again after {figures}; answers {dict(load.record.statuses)}, "
+        f"\nfailover [{variant}]: kill+promote {promoted - killed:.2f}s, old primary re-cloned as the synchronous "
+        f"standby {rejoined - promoted:.2f}s after the promotion; writes again after {figures} (from the "
+        f"{'move' if variant == 'proxy-late' else 'promotion'}); answers {dict(load.record.statuses)}, "
         f"wire errors {dict(load.record.wire_errors)}, {len(load.record.barriers)} barriers, "
         f"{len(load.record.commits)} commits, {len(load.record.waiters)} waiters"
     )
