@@ -140,21 +140,21 @@ class Node:
             f"host=127.0.0.1 port={primary.port} user=postgres application_name={self.name}",
         )
 
-    def start(self) -> None:
+    def start(self, *, wait: bool = True) -> None:
         try:
-            self._start()
+            self._start(wait)
         except RuntimeError as exc:
             tail = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
             raise RuntimeError(f"{self.name} did not start: {exc}\n{tail}") from exc
 
-    def _start(self) -> None:
+    def _start(self, wait: bool) -> None:
         _run(
             "pg_ctl",
             "-D",
             str(self.data),
             "-l",
             str(self.log),
-            "-w",
+            "-w" if wait else "-W",
             "-t",
             "60",
             "-o",
@@ -197,6 +197,15 @@ class Node:
             row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
         return bool(row and row[0])
 
+    def streaming(self) -> bool:
+        """This primary has a standby streaming."""
+        try:
+            with psycopg.connect(self.url(), autocommit=True, connect_timeout=5) as conn:
+                rows = conn.execute("SELECT state FROM pg_stat_replication").fetchall()
+        except psycopg.OperationalError:
+            return False
+        return any(state == "streaming" for (state,) in rows)
+
     def streaming_synchronously(self) -> bool:
         """This primary has a standby in synchronous streaming."""
         with psycopg.connect(self.url(), autocommit=True, connect_timeout=5) as conn:
@@ -220,12 +229,14 @@ class Cluster:
         self.primary, self.standby = self.standby, self.primary
         return promoted
 
-    def rejoin_old_primary(self) -> None:
-        """The old primary comes back as the new standby, re-cloned from the new primary."""
+    def rejoin_old_primary(self) -> float:
+        """The old primary comes back as the new standby, re-cloned from the new primary; returns the monotonic
+        time the new primary saw it stream (synchronously, when the cluster is)."""
         self.standby.clone_from(self.primary)
-        self.standby.start()
-        if self.synchronous:
-            wait_until(self.primary.streaming_synchronously, timeout=30, what="the synchronous standby to stream")
+        self.standby.start(wait=False)
+        streaming = self.primary.streaming_synchronously if self.synchronous else self.primary.streaming
+        wait_until(streaming, timeout=60, what="the new standby to stream")
+        return time.monotonic()
 
     def stop(self) -> None:
         for node in (self.primary, self.standby):

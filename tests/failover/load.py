@@ -51,7 +51,9 @@ class Record:
     commits: list[tuple[float, str, int, dict[str, int]]] = field(default_factory=list)  # acknowledged commits
     strong: list[int] = field(default_factory=list)  # the barriers of strong reads, in order (one reader)
     waiters: list[Waiter] = field(default_factory=list)
-    writes_at: list[tuple[float, int]] = field(default_factory=list)  # (time, server) of every acknowledged write
+    # (monotonic time, server, barrier) of every barrier POST /barriers acknowledged; a barrier is the database
+    # clock's microseconds when issued, so one newer than a moment's wall clock was issued after it (not replayed)
+    issued_at: list[tuple[float, int, int]] = field(default_factory=list)
 
 
 class Load:
@@ -87,10 +89,6 @@ class Load:
                 self.record.errors.append(f"{method} {path} → {response.status_code} without a problem document")
         return response
 
-    def _written(self, server: int) -> None:
-        with self._lock:
-            self.record.writes_at.append((time.monotonic(), server))
-
     # --- the actors ---
 
     def _ingest(self) -> None:
@@ -108,7 +106,7 @@ class Load:
                     body = response.json()
                     with self._lock:
                         self.record.barriers.append((time.monotonic(), int(body["barrier"]), dict(body["sealed"])))
-                    self._written(server)
+                        self.record.issued_at.append((time.monotonic(), server, int(body["barrier"])))
                     break
                 self._stop.wait(PACE)
             self._stop.wait(0.1)
@@ -136,7 +134,6 @@ class Load:
                 if answer is not None and answer.status_code == 200:
                     with self._lock:
                         self.record.commits.append((time.monotonic(), job, barrier, snapshots))
-                    self._written(server)
                     break
                 if answer is not None and answer.status_code == 409:
                     with self._lock:
@@ -201,12 +198,13 @@ class Load:
         for client in self._clients:
             client.close()
 
-    def first_write_after(self, moment: float) -> dict[int, float]:
-        """Per server, seconds from `moment` to its first acknowledged write after it."""
+    def first_write_after(self, moment: float, wall: float) -> dict[int, float]:
+        """Per server, seconds from `moment` (monotonic; `wall`: the same moment by the wall clock) to the first
+        barrier it issued after it (a new write committed on the new primary, not the replay of an earlier one)."""
         firsts: dict[int, float] = {}
         with self._lock:
-            for at, server in self.record.writes_at:
-                if at >= moment and server not in firsts:
+            for at, server, barrier in self.record.issued_at:
+                if barrier >= wall * 1_000_000 and server not in firsts:
                     firsts[server] = at - moment
         return firsts
 
