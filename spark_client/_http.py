@@ -8,7 +8,6 @@ import functools
 import importlib.metadata
 import logging
 import os
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -147,11 +146,12 @@ def _problem(response: httpx.Response) -> dict[str, Any]:
 class MetaServiceClient:
     """Typed access to the MetaService HTTP API.
 
-    Retries. Transient failures are retried with exponential backoff and full jitter, within the attempts and
-    the total deadline of the `RetryPolicy`. Transient means a connection error (connect, read or write
-    failure or timeout, pool timeout, connection dropped) or an answer 429, 502, 503 or 504; a `Retry-After`
-    header is honoured, capped by the policy. Other 4xx answers are never retried, nor is 500 (a server bug:
-    `ServerError`). When retries run out, `Unavailable` is raised.
+    Retries. Transient failures are retried with exponential backoff and full jitter, within the total time
+    budget of the `RetryPolicy` (two minutes by default, long enough to ride out a rolling restart of the
+    server). Transient means a connection error (connect, read or write failure or timeout, pool timeout,
+    connection dropped) or an answer 429, 502, 503 or 504; a `Retry-After` header is honoured, capped by the
+    policy. Other 4xx answers are never retried, nor is 500 (a server bug: `ServerError`). When the budget runs
+    out, `Unavailable` is raised, saying how many attempts were made over how long.
 
     Idempotency. Every protocol call (register, unregister, next, commit, abort, report_snapshot, version(s),
     reads, renew/release lease, complete rollback) is idempotent by protocol: repeating it after a lost answer
@@ -169,7 +169,7 @@ class MetaServiceClient:
         base_url: the server, e.g. "http://127.0.0.1:8080" (a path prefix is kept); the scheme is required.
         token: bearer token; defaults to the environment variable `METASERVICE_TOKEN`. No token: no
             Authorization header.
-        retry: the retry policy (default: 8 attempts within 60 s, backoff 0.1 s doubling up to 5 s).
+        retry: the retry policy (default: retries for up to 120 s, backoff 0.1 s doubling up to 5 s).
         timeout: seconds allowed for each request (connecting: at most 5 s of it).
         transport: an httpx transport to use instead of the network (proxies, tests).
 
@@ -216,7 +216,7 @@ class MetaServiceClient:
         """The retry policy in force.
 
         Example:
-            assert client.retry.attempts == 8
+            assert client.retry.deadline == 120
         """
         return self._retry
 
@@ -646,27 +646,28 @@ class MetaServiceClient:
         return self._decode_object(self._request(method, path, idempotent=idempotent, **kwargs))
 
     def _request(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> httpx.Response:
-        started = time.monotonic()
+        clock = self._retry.clock
+        started = clock()
 
         def log_retry(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome is not None else None
             if state.attempt_number == 1:  # one warning per call; the following attempts only at debug level
                 logger.warning(
-                    "%s %s%s failed (%s); retrying up to %d attempts within %.0fs",
+                    "%s %s%s failed (%s); retrying %s",
                     method,
                     self.base_url,
                     path,
                     exc,
-                    self._retry.attempts,
-                    self._retry.deadline,
+                    self._retry.describe(),
                 )
             else:
                 logger.debug(
-                    "%s %s failed on attempt %d of %d (%s); retrying in %.2fs",
+                    "%s %s failed on attempt %d after %.1fs of a %gs budget (%s); retrying in %.2fs",
                     method,
                     path,
                     state.attempt_number,
-                    self._retry.attempts,
+                    clock() - started,
+                    self._retry.deadline,
                     exc,
                     state.upcoming_sleep,
                 )
@@ -675,8 +676,15 @@ class MetaServiceClient:
             exc = state.outcome.exception() if state.outcome is not None else None
             if exc is None:
                 raise AssertionError("retries stop only after a failed attempt")
-            elapsed = time.monotonic() - started
-            exc.add_note(f"gave up after {state.attempt_number} attempt(s) in {elapsed:.1f}s")
+            elapsed = clock() - started
+            spent = f"gave up after {state.attempt_number} attempt(s) in {elapsed:.1f}s"
+            if isinstance(exc, MetaServiceError) and state.attempt_number > 1:
+                exc.detail = (
+                    f"{exc.detail}; {spent}, the retry budget being {self._retry.describe()} "
+                    "(RetryPolicy(deadline=...) sets it)"
+                )
+                exc.args = (exc.detail,)
+            exc.add_note(spent)
             raise exc
 
         retrying = self._retry.retrying(

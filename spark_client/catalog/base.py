@@ -18,12 +18,42 @@ class SchemaMismatch(ValueError):
 
     Attributes:
         table: the table written to.
-        columns: one entry per differing column: `"<name>: table <type>, data <type>"`.
+        columns: one entry per differing column: `"<name>: table <type>, data <type>"` (`missing` on the side
+            that lacks the column).
+        hint: what to write instead: the `schema=` policy of the write mode (or a cast) that fits the difference.
     """
 
     def __init__(self, table: str, columns: Sequence[str]) -> None:
-        super().__init__(f"the data does not match the schema of {table!r}: {'; '.join(columns)}")
         self.table, self.columns = table, tuple(columns)
+        self.hint = schema_hint(self.columns)
+        super().__init__(f"the data does not match the schema of {table!r}: {'; '.join(columns)}. {self.hint}")
+
+
+def schema_hint(columns: Sequence[str]) -> str:
+    """The `schema=` choice (or the cast) that resolves the differing `columns` of a `SchemaMismatch`."""
+    added = [c.split(":")[0] for c in columns if ": table missing," in c]
+    dropped = [c.split(":")[0] for c in columns if c.endswith(", data missing")]
+    retyped = [c.split(":")[0] for c in columns if c.split(":")[0] not in {*added, *dropped}]
+    hints = []
+    if added or dropped:
+        what = " and ".join(
+            part
+            for part in (
+                f"add the new columns {added}" if added else "",
+                f"write the missing columns {dropped} as NULL" if dropped else "",
+            )
+            if part
+        )
+        hints.append(f"to {what}, write with schema='merge' (e.g. Append(schema='merge'), Merge(keys, schema='merge'))")
+    if retyped:
+        hints.append(
+            f"cast {retyped} to the table's types in the transform, or replace the table's schema with a "
+            "whole-table Overwrite(schema='overwrite')"
+        )
+    if not hints:
+        hints.append("write with schema='merge' or, for a whole-table Overwrite, schema='overwrite'")
+    text = "; ".join(hints)
+    return text[0].upper() + text[1:] + "; nothing was written"
 
 
 class NotAppendOnly(ValueError):
