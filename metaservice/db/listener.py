@@ -129,6 +129,7 @@ class ChangeListener:
         self._rechecks: asyncio.Semaphore | None = None
         self._changed: asyncio.Event | None = None
         self._listening: asyncio.Event | None = None
+        self._retry_now: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._conn: Connection | None = None
         self._shared: dict[Hashable, tuple[int, asyncio.Future[Any]]] = {}
@@ -143,11 +144,14 @@ class ChangeListener:
             if self._changed is None:
                 self._changed = asyncio.Event()
                 self._listening = asyncio.Event()
+                self._retry_now = asyncio.Event()
                 self._rechecks = asyncio.Semaphore(self._max_rechecks)
             # a context of its own: the process's listener must not log under the first waiter's request id
             self._task = asyncio.create_task(self._listen(), name="metaservice-listener", context=contextvars.Context())
         assert self._listening is not None
         if not self._listening.is_set():
+            if self._retry_now is not None:
+                self._retry_now.set()  # a waiter needs the listener: try now, not after a backoff grown in an outage
             with anyio.move_on_after(self._db.settings.connect_timeout + 1):
                 await self._listening.wait()
             if not self._listening.is_set():
@@ -292,7 +296,10 @@ class ChangeListener:
                 logger.warning("listening on %s failed (%s); reconnecting in %.1fs", CHANNEL, exc, backoff)
             self._listening.clear()
             await self._discard()
-            await asyncio.sleep(backoff)  # backoff before reconnecting, not synchronisation
+            assert self._retry_now is not None
+            self._retry_now.clear()
+            with anyio.move_on_after(backoff):  # backoff before reconnecting, cut short when a waiter arrives
+                await self._retry_now.wait()
             backoff = min(backoff * 2, _BACKOFF_CAP)
 
     async def _discard(self) -> None:
