@@ -163,19 +163,17 @@ def _resolve_database(settings: Settings) -> tuple[str, Any]:
 
 def _check_reachable(url: str) -> None:
     import psycopg
-    from sqlalchemy.engine import make_url
 
-    from metaservice.settings import to_sqlalchemy_url
+    from metaservice.settings import primary_conninfo, shown_url
 
     try:
-        conninfo = "postgresql://" + to_sqlalchemy_url(url).removeprefix("postgresql+psycopg://")
-    except ValueError:
+        conninfo = primary_conninfo(url)  # libpq's URL forms, several hosts included
+    except (ValueError, psycopg.ProgrammingError):
         _fail(f"not a PostgreSQL URL: {url!r} (expected postgresql://user@host:port/database)", code=2)
-    shown = make_url(conninfo).render_as_string(hide_password=True)
     try:
         psycopg.connect(conninfo, connect_timeout=10).close()
     except psycopg.Error as exc:
-        _fail(f"cannot connect to the database at {shown}: {_one_line(exc)}")
+        _fail(f"cannot connect to a primary at {shown_url(url)}: {_one_line(exc)}")
 
 
 def _stop_embedded(server: Any) -> None:

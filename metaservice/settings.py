@@ -106,6 +106,14 @@ class Settings(BaseSettings):
         default=5.0, ge=0, description="A connection idle this long is pinged before use (busy ones never are)."
     )
     connect_timeout: float = Field(default=5.0, gt=0)
+    dead_connection_seconds: float = Field(
+        default=10.0,
+        ge=2,
+        description="Within about this many seconds a connection to a database host that vanished without closing "
+        "it (a network cut, a dead machine) is noticed and replaced: TCP keepalives (idle a third of it, then "
+        "probes every second) and tcp_user_timeout on every connection, and the change listener checks its "
+        "connection after a third of it without notifications.",
+    )
     statement_timeout_ms: int = Field(default=10_000, ge=0)
     lock_timeout_ms: int = Field(default=5_000, ge=0)
     transaction_deadline_seconds: float | None = Field(
@@ -206,19 +214,35 @@ class Settings(BaseSettings):
             raise ValueError("no database URL configured")
         return to_libpq_url(self.database_url)
 
-    def sqlalchemy_url(self) -> str:
-        """The configured URL with the psycopg 3 async driver selected."""
-        if self.database_url is None:
-            raise ValueError("no database URL configured")
-        return to_sqlalchemy_url(self.database_url)
-
 
 def to_sqlalchemy_url(url: str) -> str:
-    """Turn any postgres URL into one for SQLAlchemy's psycopg 3 dialect."""
+    """Turn any postgres URL into one for SQLAlchemy's psycopg 3 dialect. Only for single-host URLs that
+    SQLAlchemy parses itself; a libpq multi-host URL (`host1:p1,host2:p2`) goes through `to_libpq_url` and a
+    `creator` (migrations/env.py)."""
     for prefix in ("postgresql+psycopg://", "postgresql://", "postgres://"):
         if url.startswith(prefix):
             return "postgresql+psycopg://" + url[len(prefix) :]
     raise ValueError(f"not a PostgreSQL URL: {url!r}")
+
+
+def primary_conninfo(url: str) -> str:
+    """The libpq conninfo for `url` that only accepts a server that takes writes: `target_session_attrs=read-write`
+    unless the URL chose otherwise. With several hosts libpq tries them in turn and skips standbys; with one, a
+    standby (an old primary back after a failover, behind an address that has not moved yet) is refused at connect
+    instead of failing every write later. Multi-host URLs (`postgresql://u@h1:p1,h2:p2/db`) are libpq's own."""
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(to_libpq_url(url))
+    params.setdefault("target_session_attrs", "read-write")
+    return make_conninfo("", **params)
+
+
+def shown_url(url: str) -> str:
+    """`url` for messages and logs: the password replaced by `***` (multi-host URLs included)."""
+    import re
+
+    url = re.sub(r"(://[^:@/?#]*):[^@/?#]*@", r"\1:***@", url)
+    return re.sub(r"([?&]password=)[^&]*", r"\1***", url)
 
 
 def to_libpq_url(url: str) -> str:

@@ -30,7 +30,13 @@ from tests import support
 _TEST_POSTGRES = pytest.StashKey[Any]()
 _SPARK_RAN = pytest.StashKey[bool]()
 TESTS = Path(__file__).resolve().parent
-DIRECTORY_MARKERS = {"spark": "spark", "browser": "browser", "crash": "crash", "faults": "crash"}
+DIRECTORY_MARKERS = {
+    "spark": "spark",
+    "browser": "browser",
+    "crash": "crash",
+    "faults": "crash",
+    "failover": "crash",
+}
 
 
 def directory_marker(path: Path) -> str | None:

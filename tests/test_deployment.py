@@ -27,9 +27,8 @@ import yaml
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from psycopg.conninfo import conninfo_to_dict
-from sqlalchemy.engine import make_url
 
-from metaservice.settings import Settings, to_sqlalchemy_url
+from metaservice.settings import Settings, primary_conninfo
 from tests import support
 
 REPO = Path(__file__).resolve().parents[1]
@@ -159,18 +158,45 @@ def dockerignore_excludes(relative: str) -> bool:
 # --- docker-compose.yml -------------------------------------------------------------------------------------------
 
 
+REPLICAS = ("metaservice-1", "metaservice-2")
+
+
 def test_compose_postgres_pins_its_major_version_and_keeps_its_data_on_a_named_volume() -> None:
-    """A data directory opens only under the major version that made it, so the tag pins one; the named volume
-    is mounted where the official image of that major keeps its data (18 moved it up a level)."""
+    """A data directory opens only under the major version that made it, so the tag pins one (the same for the
+    primary and its standby); each named volume is mounted where the official image of that major keeps its data
+    (18 moved it up a level)."""
     spec = compose()
-    assert set(spec["services"]) == {"postgres", "metaservice"}
-    postgres = spec["services"]["postgres"]
-    image = re.fullmatch(r"postgres:(\d+)(\.\d+)?(-[a-z0-9]+)?", postgres["image"])
-    assert image is not None, f"{postgres['image']} does not pin a PostgreSQL major version"
-    data = "/var/lib/postgresql" if int(image.group(1)) >= 18 else "/var/lib/postgresql/data"
-    mounts = [str(v).split(":") for v in postgres["volumes"]]
-    assert ["pgdata", data] in mounts and "pgdata" in set(spec["volumes"])
+    assert set(spec["services"]) == {"postgres", "postgres-standby", *REPLICAS, "balancer"}
+    for name, volume in (("postgres", "pgdata"), ("postgres-standby", "pgstandby")):
+        postgres = spec["services"][name]
+        image = re.fullmatch(r"postgres:(\d+)(\.\d+)?(-[a-z0-9]+)?", postgres["image"])
+        assert image is not None, f"{postgres['image']} does not pin a PostgreSQL major version"
+        assert postgres["image"] == spec["services"]["postgres"]["image"]
+        data = "/var/lib/postgresql" if int(image.group(1)) >= 18 else "/var/lib/postgresql/data"
+        mounts = [str(v).split(":") for v in postgres["volumes"]]
+        assert [volume, data] in mounts and volume in set(spec["volumes"])
     assert service_environment("postgres")["POSTGRES_PASSWORD"] == SAMPLE_PASSWORD  # from the environment
+
+
+def test_compose_postgres_replicates_synchronously_to_its_standby() -> None:
+    """The primary acknowledges a commit once the standby has it (synchronous_standby_names names the standby's
+    application_name), lets the standby replicate over the network, and the standby clones it on first start."""
+    spec = compose()
+    command = spec["services"]["postgres"]["command"]
+    settings = dict(command[i + 1].split("=", 1) for i, word in enumerate(command) if word == "-c")
+    assert settings["wal_level"] in ("replica", "logical") and int(settings["max_wal_senders"]) >= 1
+    assert settings.get("synchronous_commit", "on") in ("on", "remote_write", "remote_apply")
+    standby_script = spec["services"]["postgres-standby"]["command"][0]
+    name = re.search(r"application_name=(\w+)", standby_script)
+    assert name is not None and re.fullmatch(
+        rf"(ANY|FIRST) 1 \({name.group(1)}\)", settings["synchronous_standby_names"]
+    )
+    assert "pg_basebackup" in standby_script and " -R " in standby_script and "host=postgres " in standby_script
+    assert spec["services"]["postgres-standby"]["depends_on"]["postgres"]["condition"] == "service_healthy"
+    access = {c["source"]: c["target"] for c in spec["services"]["postgres"]["configs"]}
+    script = spec["configs"]["replication-access"]["content"]
+    assert access["replication-access"].startswith("/docker-entrypoint-initdb.d/")
+    assert "host replication metaservice all scram-sha-256" in script
 
 
 def pg_isready() -> str:
@@ -204,35 +230,72 @@ def test_compose_postgres_healthcheck_passes_on_a_live_server_and_fails_on_none(
         assert (probe.returncode == 0) == healthy, (server, probe.returncode, probe.stdout, probe.stderr)
 
 
-def test_compose_starts_metaservice_after_postgres_is_healthy_and_publishes_its_port() -> None:
-    service = compose()["services"]["metaservice"]
-    build = service["build"]
-    context = build if isinstance(build, str) else build.get("context", ".")
-    dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
-    assert (REPO / context / dockerfile).resolve() == REPO / "Dockerfile"
-    assert service["depends_on"]["postgres"]["condition"] == "service_healthy"
-
-    port = service_environment("metaservice").get(f"{PREFIX}PORT") or image_environment()[f"{PREFIX}PORT"]
-    published = [str(p).rsplit(":", 1) for p in service["ports"]]
+def test_compose_starts_two_replicas_after_postgres_is_healthy_and_the_balancer_publishes_their_port() -> None:
+    services = compose()["services"]
+    port = service_environment(REPLICAS[0]).get(f"{PREFIX}PORT") or image_environment()[f"{PREFIX}PORT"]
+    for name in REPLICAS:
+        service = services[name]
+        build = service["build"]
+        context = build if isinstance(build, str) else build.get("context", ".")
+        dockerfile = "Dockerfile" if isinstance(build, str) else build.get("dockerfile", "Dockerfile")
+        assert (REPO / context / dockerfile).resolve() == REPO / "Dockerfile"
+        for database in ("postgres", "postgres-standby"):
+            assert service["depends_on"][database]["condition"] == "service_healthy"
+        assert "ports" not in service, "only the balancer publishes a port"
+        assert [str(p) for p in service["expose"]] == [port]
+        assert service_environment(name) == service_environment(REPLICAS[0])  # replicas differ in nothing
+    balancer = services["balancer"]
+    published = [str(p).rsplit(":", 1) for p in balancer["ports"]]
     assert [published_port[-1] for published_port in published] == [port]
     assert arguments(final_stage(), "EXPOSE") == [port]
+    assert set(balancer["depends_on"]) == set(REPLICAS)
 
 
-def test_compose_database_url_points_at_the_postgres_service() -> None:
-    url = service_environment("metaservice")[f"{PREFIX}DATABASE_URL"]
-    parsed = make_url(to_sqlalchemy_url(url))
+def haproxy_config() -> str:
+    spec = compose()
+    (mount,) = spec["services"]["balancer"]["configs"]
+    assert mount["target"] == "/usr/local/etc/haproxy/haproxy.cfg"
+    content = spec["configs"][mount["source"]]["content"]
+    assert isinstance(content, str)
+    return content
+
+
+def test_compose_balancer_spreads_requests_round_robin_over_every_replica_without_stickiness(tmp_path: Path) -> None:
+    config = haproxy_config()
+    port = service_environment(REPLICAS[0])[f"{PREFIX}PORT"]
+    assert re.search(r"^\s*balance\s+roundrobin\s*$", config, re.M)
+    servers = re.findall(r"^\s*server\s+(\S+)\s+(\S+):(\d+)\s", config, re.M)
+    assert sorted((address, int(p)) for _, address, p in servers) == [(name, int(port)) for name in REPLICAS]
+    assert not re.search(r"^\s*(cookie|stick|hash-type|balance\s+source)", config, re.M), "no stickiness"
+    check = re.search(r"option\s+httpchk\s+GET\s+(\S+)", config)
+    assert check is not None and check.group(1) == "/healthz"  # the probe that does not touch the database
+    timeout = re.search(r"timeout\s+server\s+(\d+)s", config)
+    assert timeout is not None and int(timeout.group(1)) > Settings().max_wait_seconds  # a freshness wait fits
+    haproxy = shutil.which("haproxy")
+    if haproxy is not None:  # the system package, when installed: haproxy itself accepts the file
+        (tmp_path / "haproxy.cfg").write_text(config)
+        checked = subprocess.run([haproxy, "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_compose_database_url_names_the_primary_and_its_standby_and_accepts_only_a_primary() -> None:
+    """A libpq multi-host URL: whichever of the two takes writes (SQLAlchemy could not parse it; the server
+    passes it to libpq)."""
+    url = service_environment(REPLICAS[0])[f"{PREFIX}DATABASE_URL"]
+    parsed = conninfo_to_dict(primary_conninfo(url))
     postgres = service_environment("postgres")
-    assert parsed.drivername == "postgresql+psycopg"
-    assert (parsed.host, parsed.port) == ("postgres", 5432)
-    assert parsed.database == postgres["POSTGRES_DB"]
-    assert parsed.username == postgres["POSTGRES_USER"]
-    assert parsed.password == postgres["POSTGRES_PASSWORD"]
+    assert str(parsed["host"]).split(",") == ["postgres", "postgres-standby"]
+    assert str(parsed["port"]).split(",") == ["5432", "5432"]
+    assert parsed["target_session_attrs"] == "read-write"
+    assert parsed["dbname"] == postgres["POSTGRES_DB"]
+    assert parsed["user"] == postgres["POSTGRES_USER"]
+    assert parsed["password"] == postgres["POSTGRES_PASSWORD"]
 
 
 @pytest.mark.parametrize("source", ["docker-compose.yml", "Dockerfile"])
 def test_every_metaservice_variable_is_a_valid_setting(source: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """`Settings` ignores unknown variables (extra="ignore"), so a misspelt one would silently do nothing."""
-    environment = service_environment("metaservice") if source == "docker-compose.yml" else image_environment()
+    environment = service_environment(REPLICAS[0]) if source == "docker-compose.yml" else image_environment()
     ours = {k: v for k, v in environment.items() if k.startswith(PREFIX)}
     assert ours
     unknown = sorted(k for k in ours if k.removeprefix(PREFIX).lower() not in Settings.model_fields)
@@ -385,7 +448,7 @@ def image_layout(root: Path, *, with_migrations: bool) -> Path:
 def run_environment(site: Path, database_url: str, port: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
     env.update(image_environment())
-    env.update(service_environment("metaservice"))
+    env.update(service_environment(REPLICAS[0]))
     env.update({f"{PREFIX}DATABASE_URL": database_url, f"{PREFIX}PORT": str(port), "PYTHONPATH": str(site)})
     env["PATH"] = os.environ["PATH"]  # the image's PATH names its venv
     env["TYPER_STANDARD_TRACEBACK"] = "1"  # plain tracebacks in assertion messages

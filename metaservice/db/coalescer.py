@@ -78,6 +78,7 @@ class Coalescer(Generic[Q, A]):
         self._wakeup = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._conn: Connection | None = None
+        self._generation = 0  # the database's connection generation when this connection was made
         self._last_used = 0.0
         self.calls = 0  # statements sent (tests and benchmarks)
         self.served = 0  # requests answered
@@ -141,7 +142,7 @@ class Coalescer(Generic[Q, A]):
     async def _send(self, batch: list[_Pending[Q, A]]) -> None:
         sent = False
         try:
-            with anyio.fail_after(self._db.deadline):
+            with anyio.fail_after(self._deadline()), self._db.retirable():
                 conn = await self._connection()
                 if self._writes:
                     failpoints.hit("before_commit")
@@ -159,6 +160,12 @@ class Coalescer(Generic[Q, A]):
                 self._fail(batch, Unavailable("the server is shutting down"))
                 await self._discard()
                 raise
+            if isinstance(exc, psycopg.errors.ReadOnlySqlTransaction):  # a standby now: nothing happened
+                await self._discard()
+                self._db.retire(f"{self._name} reached a read-only server")
+                logger.warning("%s: the database refused the statement as read-only: %s", self._name, exc)
+                self._fail(batch, Unavailable("the database is read-only (a standby, during a failover): retry"))
+                return
             if _answered_error(exc):  # PostgreSQL refused the statement and rolled it back; the connection is fine
                 if len(batch) > 1:
                     for pending in batch:  # one request's error is never another's
@@ -166,6 +173,8 @@ class Coalescer(Generic[Q, A]):
                     return
             else:
                 await self._discard()
+                if isinstance(exc, TimeoutError):  # PostgreSQL would have answered by now: the host is gone
+                    self._db.retire(f"{self._name} got no answer within {self._deadline():g}s", interrupt=True)
             self._fail(batch, _error_for(exc, sent=sent, writes=self._writes, what=self._what))
             return
         self._last_used = time.monotonic()
@@ -183,8 +192,20 @@ class Coalescer(Generic[Q, A]):
             if not pending.future.done():
                 pending.future.set_exception(error)
 
+    def _deadline(self) -> float:
+        """How long a batch may take: a connection attempt and one statement (PostgreSQL ends it at its statement
+        timeout), then the connection is given up for lost (a host that vanished without closing it). Never more
+        than the transaction deadline of the requests it serves."""
+        settings = self._db.settings
+        if settings.statement_timeout_ms == 0:  # no statement timeout: only the transaction deadline bounds it
+            return self._db.deadline
+        return min(self._db.deadline, settings.connect_timeout + settings.statement_timeout_ms / 1000 + 1.0)
+
     async def _connection(self) -> Connection:
-        """The dedicated connection: (re)connected when needed, pinged after sitting idle."""
+        """The dedicated connection: (re)connected when needed, pinged after sitting idle, replaced when the
+        database retired every connection (one of them met a standby)."""
+        if self._conn is not None and self._generation != self._db.generation:
+            await self._discard()
         if self._conn is not None and not self._conn.closed:
             if time.monotonic() - self._last_used < self._db.settings.idle_check_seconds:
                 return self._conn
@@ -193,6 +214,7 @@ class Coalescer(Generic[Q, A]):
                 return self._conn
             except psycopg.Error:
                 await self._discard()
+        self._generation = self._db.generation
         self._conn = await self._db.connect()
         return self._conn
 

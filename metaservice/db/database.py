@@ -14,19 +14,22 @@ request is answered 429 with Retry-After, instead of a 503 after the pool timeou
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import time
 import weakref
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import anyio
 import psycopg
 from psycopg_pool import AsyncConnectionPool, PoolTimeout, TooManyRequests
 
-from metaservice.settings import Settings
+from metaservice.settings import Settings, primary_conninfo
 
 Connection = psycopg.AsyncConnection[Any]
+logger = logging.getLogger("metaservice.db")
 
 
 class Database:
@@ -38,11 +41,21 @@ class Database:
     def __init__(self, settings: Settings, *, application_name: str = "metaservice") -> None:
         self.settings = settings
         self.deadline = settings.transaction_deadline()
-        self.conninfo = settings.libpq_url()
+        self.conninfo = primary_conninfo(settings.libpq_url())  # only a server that takes writes (failover)
+        dead = settings.dead_connection_seconds
         self.connect_kwargs: dict[str, Any] = {
             "autocommit": True,
             "application_name": application_name,
             "connect_timeout": max(1, int(settings.connect_timeout)),
+            # A host that vanishes without closing the connection (a network cut, a dead machine) is noticed
+            # within about `dead_connection_seconds`: keepalive probes after a third of it idle, one a second,
+            # three lost end the connection; data unacknowledged that long ends it too (TCP only: libpq ignores
+            # these on unix sockets).
+            "keepalives": 1,
+            "keepalives_idle": max(1, int(dead / 3)),
+            "keepalives_interval": 1,
+            "keepalives_count": 3,
+            "tcp_user_timeout": int(dead * 1000),
             # Generic plans: the hot statements are prepared once per connection and called with parameters
             # whose shapes vary (a gather with and without input windows, writes of 1-3 rows). Left to choose,
             # PostgreSQL re-planned a sixth of the gathers (~1.5 ms each) and a quarter of the writes under
@@ -70,6 +83,11 @@ class Database:
         self._waiting = 0  # requests of this process waiting for a connection right now
         self._away = False  # a wait for a connection timed out while connection attempts failed: unreachable
         self._errors_at_success = 0  # the pool's failed connection attempts when a connection was last obtained
+        # Bumped when a connection met a server that no longer takes writes (a demoted primary): every connection
+        # made before is replaced, the pooled ones by a drain, the dedicated ones before their next use.
+        self.generation = 0
+        self._draining: asyncio.Task[None] | None = None
+        self._in_flight: set[anyio.CancelScope] = set()  # statements a retirement interrupts (`retirable`)
 
     @asynccontextmanager
     async def connection(self) -> AsyncIterator[Connection]:
@@ -95,6 +113,11 @@ class Database:
         self._away, self._errors_at_success = False, self._connect_errors()
         try:
             yield conn
+        except psycopg.errors.ReadOnlySqlTransaction:
+            with anyio.CancelScope(shield=True):
+                await conn.close()  # the pool discards a closed connection
+            self.retire("a pooled connection reached a read-only server")
+            raise
         finally:
             with anyio.CancelScope(shield=True):  # a connection given back half-way would be lost to the pool
                 await self.pool.putconn(conn)
@@ -105,11 +128,43 @@ class Database:
 
     async def close(self) -> None:
         """Close the pool (close the `Runtime` built over it first: its waiters answer before the pool goes)."""
+        if self._draining is not None:
+            await asyncio.gather(self._draining, return_exceptions=True)
         await self.pool.close(timeout=5)
 
     async def connect(self) -> Connection:
         """A dedicated connection outside the pool (a coalescer's, the listener's), with the same options."""
         return await psycopg.AsyncConnection.connect(self.conninfo, **self.connect_kwargs)
+
+    def retire(self, what: str, *, interrupt: bool = False) -> None:
+        """Replace every database connection: `what` shows that the server they were made to is no longer the
+        primary: a connection reached a server that refuses writes (SQLSTATE 25006: a primary that came back as a
+        standby, behind an address that moved late), or one went unanswered past every timeout PostgreSQL itself
+        applies (the host vanished without closing it). Every pooled connection is replaced (psycopg's drain;
+        those in use when they come back) and every dedicated one before its next statement (`generation`). New
+        connections only accept a server that takes writes (`target_session_attrs=read-write`), so they reach the
+        new primary once the address points at it. With `interrupt` (the host is gone), the work waiting on those
+        connections (`retirable`) is interrupted instead of waiting for its deadline."""
+        self.generation += 1
+        logger.warning("%s: replacing every database connection", what)
+        if interrupt:
+            for scope in list(self._in_flight):  # waiting on a vanished host: they would wait until their deadline
+                scope.cancel()
+        if self._draining is None or self._draining.done():
+            self._draining = asyncio.get_running_loop().create_task(self.pool.drain(), name="metaservice-drain")
+
+    @contextmanager
+    def retirable(self) -> Iterator[None]:
+        """Database work that `retire()` interrupts: its connection is one of those given up, so waiting for its
+        answer is waiting for a host that is gone. Raises `ConnectionError` when interrupted."""
+        with anyio.CancelScope() as scope:
+            self._in_flight.add(scope)
+            try:
+                yield
+            finally:
+                self._in_flight.discard(scope)
+        if scope.cancelled_caught:
+            raise ConnectionError("the connection was retired: its server is no longer the primary")
 
     async def _mark_returned(self, conn: Connection) -> None:
         self._returned_at[conn] = time.monotonic()
@@ -118,7 +173,8 @@ class Database:
         """Ping a connection that sat idle longer than `idle_check_seconds`; a failed ping discards it."""
         returned = self._returned_at.get(conn)
         if returned is None or time.monotonic() - returned >= self.settings.idle_check_seconds:
-            await conn.execute("")
+            with anyio.fail_after(self.settings.connect_timeout):  # a vanished host never answers: discard it
+                await conn.execute("")
 
     def _connect_errors(self) -> int:
         return int(self.pool.get_stats().get("connections_errors", 0))

@@ -14,7 +14,9 @@ database, and re-check once woken. Re-checks of the same question asked at the s
 and at most `max_rechecks` run at once, so two hundred waiters cost a handful of pooled connections per wake-up.
 
 A lost listening connection is reconnected with backoff; notifications sent meanwhile are lost, so the
-reconnection itself counts as a change (every waiter re-checks). Closing wakes every waiter with `closed` set.
+reconnection itself counts as a change (every waiter re-checks). A connection that heard nothing for a third of
+`dead_connection_seconds` is pinged (bounded by the same time): a host that vanished without closing it is noticed
+in seconds, not when TCP gives up. Closing wakes every waiter with `closed` set.
 """
 
 from __future__ import annotations
@@ -55,15 +57,17 @@ NOTIFY_EVERY = 0.05  # seconds: the changes committed meanwhile share one notifi
 
 class ChangeNotifier:
     """Sends `NOTIFY metaservice_versions` after hot-path writes committed: off the request path, on a dedicated
-    connection, at most one notification per `NOTIFY_EVERY` per process. A notification lost to an outage or a
-    crash costs a waiter its early answer only: it re-checks at its deadline."""
+    connection, at most one notification per `NOTIFY_EVERY` per process. A send that fails is repeated until one
+    goes through; only a crash of the process loses one (a waiter then re-checks at its deadline)."""
 
     def __init__(self, db: Database) -> None:
         self._db = db
         self._dirty = False
         self._task: asyncio.Task[None] | None = None
         self._conn: Connection | None = None
+        self._generation = 0
         self.sent = 0  # notifications sent (tests, debugging)
+        self.failed = 0  # sends that failed and were repeated
 
     def changed(self) -> None:
         """A committed write may have made a newer consistent version exist."""
@@ -72,17 +76,31 @@ class ChangeNotifier:
             self._task = asyncio.create_task(self._send(), name="metaservice-notifier", context=contextvars.Context())
 
     async def _send(self) -> None:
+        """Send until no change is left unannounced. The pending flag is cleared only by a send that went
+        through: after a failure (a failover killed the connection) it is sent again, with backoff, on a new
+        connection, so the first change after an outage still wakes the waiters at once."""
+        backoff = 0.1
+        settings = self._db.settings
         while self._dirty:
             self._dirty = False
             try:
-                if self._conn is None or self._conn.closed:
-                    self._conn = await self._db.connect()
-                await self._conn.execute(f"SELECT {NOTIFY_CALL}")
+                with anyio.fail_after(settings.connect_timeout + settings.dead_connection_seconds):
+                    if self._conn is not None and self._generation != self._db.generation:
+                        await self._discard()  # the database retired every connection made before
+                    if self._conn is None or self._conn.closed:
+                        self._generation = self._db.generation
+                        self._conn = await self._db.connect()
+                    await self._conn.execute(f"SELECT {NOTIFY_CALL}")
                 self.sent += 1
-            except Exception as exc:  # an outage: waiters fall back on their deadline re-check
-                logger.warning("notifying %s failed: %s", CHANNEL, exc)
+                backoff = 0.1
+            except Exception as exc:  # an outage (psycopg.Error, a timeout): the change is still unannounced
+                self._dirty = True
+                self.failed += 1
+                logger.warning("notifying %s failed (%s); sending again in %.1fs", CHANNEL, exc, backoff)
                 await self._discard()
-                return
+                await asyncio.sleep(backoff)  # backoff before retrying, not synchronisation
+                backoff = min(backoff * 2, _BACKOFF_CAP)
+                continue
             await asyncio.sleep(NOTIFY_EVERY)  # coalescing: changes committed meanwhile share the next one
 
     async def close(self) -> None:
@@ -111,6 +129,7 @@ class ChangeListener:
         self._rechecks: asyncio.Semaphore | None = None
         self._changed: asyncio.Event | None = None
         self._listening: asyncio.Event | None = None
+        self._retry_now: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._conn: Connection | None = None
         self._shared: dict[Hashable, tuple[int, asyncio.Future[Any]]] = {}
@@ -125,11 +144,14 @@ class ChangeListener:
             if self._changed is None:
                 self._changed = asyncio.Event()
                 self._listening = asyncio.Event()
+                self._retry_now = asyncio.Event()
                 self._rechecks = asyncio.Semaphore(self._max_rechecks)
             # a context of its own: the process's listener must not log under the first waiter's request id
             self._task = asyncio.create_task(self._listen(), name="metaservice-listener", context=contextvars.Context())
         assert self._listening is not None
         if not self._listening.is_set():
+            if self._retry_now is not None:
+                self._retry_now.set()  # a waiter needs the listener: try now, not after a backoff grown in an outage
             with anyio.move_on_after(self._db.settings.connect_timeout + 1):
                 await self._listening.wait()
             if not self._listening.is_set():
@@ -240,21 +262,44 @@ class ChangeListener:
     async def _listen(self) -> None:
         assert self._listening is not None
         backoff = 0.1
+        settings = self._db.settings
+        check_every = settings.dead_connection_seconds / 3
         while not self.closed:
             try:
-                self._conn = await self._db.connect()
-                await self._conn.execute(LISTEN)
+                with anyio.fail_after(settings.connect_timeout + check_every):
+                    generation = self._db.generation
+                    self._conn = await self._db.connect()
+                    await self._conn.execute(LISTEN)
                 self._bump()  # notifications sent while not listening are lost: everyone looks again
                 self._listening.set()
                 backoff = 0.1
-                async for _ in self._conn.notifies():
-                    self.notifications += 1
-                    self._bump()
-            except Exception as exc:  # an outage (psycopg.Error, OSError) or a bug: keep listening either way
+                while not self.closed:
+                    heard = False
+                    async for _ in self._conn.notifies(timeout=check_every):
+                        heard = True
+                        self.notifications += 1
+                        self._bump()
+                    if self._db.generation != generation:
+                        raise ConnectionError("every database connection was retired (a standby was met)")
+                    if not heard:
+                        # Quiet for a while: make sure the server is still there. A host that vanished without
+                        # closing the connection would otherwise leave this listener deaf until TCP gives up.
+                        try:
+                            with anyio.fail_after(check_every):
+                                await self._conn.execute("SELECT 1")
+                        except TimeoutError:  # the others were made to the same host: replace them too
+                            self._db.retire(
+                                f"the change listener's check got no answer within {check_every:g}s", interrupt=True
+                            )
+                            raise
+            except Exception as exc:  # an outage (psycopg.Error, OSError, a timeout) or a bug: keep listening
                 logger.warning("listening on %s failed (%s); reconnecting in %.1fs", CHANNEL, exc, backoff)
             self._listening.clear()
             await self._discard()
-            await asyncio.sleep(backoff)  # backoff before reconnecting, not synchronisation
+            assert self._retry_now is not None
+            self._retry_now.clear()
+            with anyio.move_on_after(backoff):  # backoff before reconnecting, cut short when a waiter arrives
+                await self._retry_now.wait()
             backoff = min(backoff * 2, _BACKOFF_CAP)
 
     async def _discard(self) -> None:

@@ -13,7 +13,8 @@ Two shapes, both on pooled autocommit connections (`db/database.py`):
 What a failure means to the caller:
 - 503 `unavailable` (`Unavailable`): nothing happened, retry. A pool timeout, a database that refuses or drops
   the connection before a write was sent, or an error PostgreSQL itself reported (statement or lock timeout,
-  serialization failure past the retries: the statement was rolled back).
+  serialization failure past the retries: the statement was rolled back; a write refused by a server that is now
+  a standby, SQLSTATE 25006, after which every connection is replaced).
 - 504 `outcome_unknown` (`OutcomeUnknown`): the connection was lost while a write may have been committing.
 - 429 `overloaded` (`Overloaded`): too many requests already wait for a connection; shed at once.
 Every unit of work runs under a deadline (`Database.deadline`): PostgreSQL's own timeouts cannot end a request
@@ -46,6 +47,14 @@ IsolationLevel = Literal["READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"]
 
 _RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
 _UNAVAILABLE = (psycopg.OperationalError, psycopg.InterfaceError, ConnectionError, OSError)
+# SQLSTATE 25006: the server refused a write because it is (now) a standby. PostgreSQL answered, so nothing
+# happened; the connection was retired (Database.connection) and the request is answered 503.
+_READ_ONLY = psycopg.errors.ReadOnlySqlTransaction
+
+
+def _read_only(exc: BaseException) -> Unavailable:
+    logger.warning("the database refused a write as read-only (a standby): %s", exc)
+    return Unavailable("the database is read-only (a standby, during a failover): nothing was changed; retry")
 
 
 def _answered(exc: BaseException) -> bool:
@@ -97,6 +106,10 @@ class Unit:
             raise RuntimeError("the unit holds no connection: await unit.connection()")
         return self._conn
 
+    @property
+    def holds_connection(self) -> bool:
+        return self._conn is not None
+
     async def connection(self) -> Connection:
         """The unit's connection, taken from the pool on first use."""
         if self._conn is None:
@@ -125,12 +138,15 @@ async def in_autocommit(db: Database, work: Callable[[Unit], Awaitable[T]], *, c
         with anyio.fail_after(db.deadline):
             async with AsyncExitStack() as stack:
                 unit = Unit(db, stack)
-                if connected:
-                    await unit.connection()
-                return await work(unit)
+                with db.retirable():
+                    if connected:
+                        await unit.connection()
+                    return await work(unit)
     except TooManyRequests as exc:
         raise _overloaded(db) from exc
     except TimeoutError as exc:
+        if unit is not None and unit.holds_connection:  # PostgreSQL's own timeouts did not end it: host gone?
+            db.retire(f"a request's connection got no answer within {db.deadline:g}s", interrupt=True)
         if unit is not None and unit.sent_write:
             raise _lost(exc, writing=True) from exc
         logger.warning("no answer from the database within %.1fs", db.deadline)
@@ -139,6 +155,8 @@ async def in_autocommit(db: Database, work: Callable[[Unit], Awaitable[T]], *, c
         raise _lost(exc, writing=False) from exc
     except _RETRYABLE as exc:
         raise Unavailable("the database is contended; retry shortly") from exc
+    except _READ_ONLY as exc:
+        raise _read_only(exc) from exc
     except _UNAVAILABLE as exc:
         raise _lost(exc, writing=unit is not None and unit.sent_write) from exc
 
@@ -159,7 +177,7 @@ async def in_transaction(
     for attempt in range(1, attempts + 1):
         committing = False
         try:
-            with anyio.fail_after(db.deadline):
+            with anyio.fail_after(db.deadline), db.retirable():
                 async with db.connection() as conn:
                     statements.count()
                     await conn.execute(begin)
@@ -181,6 +199,7 @@ async def in_transaction(
         except TooManyRequests as exc:
             raise _overloaded(db) from exc
         except TimeoutError as exc:
+            db.retire(f"a transaction got no answer within {db.deadline:g}s", interrupt=True)
             if committing:
                 raise _lost(exc, writing=True) from exc
             logger.warning("no answer from the database within %.1fs", db.deadline)
@@ -192,6 +211,8 @@ async def in_transaction(
                 await anyio.sleep(random.uniform(0, 0.002 * 2**attempt))  # backoff, not synchronisation
                 continue
             raise Unavailable("the database is contended; retry shortly") from exc
+        except _READ_ONLY as exc:
+            raise _read_only(exc) from exc
         except _UNAVAILABLE as exc:
             raise _lost(exc, writing=committing) from exc
     raise AssertionError("unreachable")

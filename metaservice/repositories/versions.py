@@ -91,7 +91,9 @@ _FRONTIER = f"""
     -- on a table of the scope, or of an edge of a job of the component (changes elsewhere in the catalog never
     -- cost a strong read a step back: a busy catalog made reads run out of steps, docs/design.md rule 9).
     touched(e_id, added_after, removed_after) AS (
-        SELECT e.id, e.added_after, e.removed_after FROM lineage_edges e WHERE e.table_id IN (SELECT table_id FROM scope)
+        SELECT e.id, e.added_after, e.removed_after
+          FROM lineage_edges e
+         WHERE e.table_id IN (SELECT table_id FROM scope)
         UNION
         SELECT e.id, e.added_after, e.removed_after
           FROM lineage_edges e

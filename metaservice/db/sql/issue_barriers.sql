@@ -40,6 +40,7 @@ DECLARE
     v_record boolean[];
     v_latests jsonb[];
     v_names text[];
+    v_locked bigint[];
     v_recorded jsonb;
     v_out jsonb := '[]'::jsonb;
     v_i int;
@@ -55,10 +56,15 @@ DECLARE
     v_key text;
     v_kind text;
 BEGIN
-    -- Lock order for everything that writes tables rows and the clock: tables by id, then the clock.
+    -- Lock order for everything that writes tables rows and the clock: tables by id, then the clock. The tables
+    -- locked are those the batch reports and every seal candidate, and a seal touches no other (`v_locked`): it
+    -- opens ranges of candidates (the foreign key check takes their row), and taking one after the clock, while
+    -- another allocation held it and waited for the clock, deadlocked two servers' allocations. A table marked
+    -- meanwhile is sealed by the next barrier.
     SELECT array_agg(DISTINCT n.k) INTO v_names
       FROM jsonb_array_elements(p_requests) r CROSS JOIN LATERAL jsonb_object_keys(coalesce(r -> 'roots', '{}')) n(k);
-    PERFORM 1 FROM tables t WHERE t.name = ANY(v_names) ORDER BY t.id FOR UPDATE;
+    SELECT coalesce(array_agg(l.id), '{}') INTO v_locked
+      FROM (SELECT t.id FROM tables t WHERE t.name = ANY(v_names) OR t.seal_candidate ORDER BY t.id FOR UPDATE) l;
     SELECT c.last_barrier INTO v_start FROM barrier_clock c WHERE c.id = 1 FOR UPDATE;
     v_last := v_start;
 
@@ -244,7 +250,7 @@ BEGIN
             SELECT t.id, t.name, t.latest_snapshot_id, o.id AS open_id
               FROM tables t
               LEFT JOIN snapshot_ranges o ON o.table_id = t.id AND o.last_barrier IS NULL
-             WHERE t.seal_candidate AND t.sealable AND t.latest_snapshot_id IS NOT NULL
+             WHERE t.seal_candidate AND t.id = ANY(v_locked) AND t.sealable AND t.latest_snapshot_id IS NOT NULL
                AND NOT EXISTS (SELECT 1 FROM lineage_edges e
                                 WHERE e.table_id = t.id AND e.role = 'sink' AND e.removed_at IS NULL)
                AND (o.id IS NULL OR o.snapshot_id IS DISTINCT FROM t.latest_snapshot_id)
@@ -256,11 +262,10 @@ BEGIN
             SELECT c.id, v_barrier, NULL, c.latest_snapshot_id, 'sealed' FROM changed c
         )
         SELECT coalesce(jsonb_object_agg(c.name, c.latest_snapshot_id), '{}'::jsonb) INTO v_sealed FROM changed c;
-        -- Every marked table now holds its newest snapshot in its open range, or needs no seal. A row another
-        -- transaction holds (a rollback marking its scope before it takes the clock) keeps its mark: waiting
-        -- for it here, after the clock, would lock in the wrong order.
-        UPDATE tables SET seal_candidate = false
-         WHERE id IN (SELECT id FROM tables WHERE seal_candidate ORDER BY id FOR UPDATE SKIP LOCKED);
+        -- Every marked table this call locked now holds its newest snapshot in its open range, or needs no seal.
+        -- Another keeps its mark (a rollback marking its scope before it takes the clock, a report committed
+        -- since the lock): waiting for it here, after the clock, would lock in the wrong order.
+        UPDATE tables SET seal_candidate = false WHERE id = ANY(v_locked) AND seal_candidate;
 
         v_last := v_barrier;
         v_out := v_out || jsonb_build_array(jsonb_build_object(
