@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml setup.py
 	touch $(STAMP)
 
 demo: install
-	$(BIN)/python -m metaservice.demo --format $(FORMAT)
+	$(BIN)/python -m demo --format $(FORMAT)
 
 test: install
 	$(BIN)/pytest -n 2 --dist loadgroup
@@ -41,12 +41,13 @@ serve: install
 	$(BIN)/metaservice serve
 
 lint: install
-	$(BIN)/ruff check metaservice spark_client tests bench migrations setup.py docs/examples
-	$(BIN)/ruff format --check metaservice spark_client tests bench migrations setup.py docs/examples
+	$(BIN)/ruff check metaservice spark_client tests bench migrations demo setup.py docs/examples
+	$(BIN)/ruff format --check metaservice spark_client tests bench migrations demo setup.py docs/examples
+	$(BIN)/lint-imports  # the import layers contract (.importlinter, docs/design.md "Code layout")
 
 # mypy --strict (pyproject.toml) over the code, its tests and the benchmarks.
 typecheck: install
-	$(BIN)/mypy metaservice spark_client tests bench docs/examples
+	$(BIN)/mypy metaservice spark_client tests bench demo docs/examples
 
 # The documentation site (mkdocs.yml) into build/site; --strict: a broken link or anchor, or a page missing from
 # the nav, fails the build.

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Path, Query, Response, status
 
 from metaservice.api.auth import PrincipalDep
-from metaservice.api.deps import CatalogPath, DatabaseDep, DatabasePath, JobIdPath, TablePath, table_name
+from metaservice.api.deps import CatalogPath, DatabaseDep, DatabasePath, JobIdPath, RuntimeDep, TablePath, table_name
 from metaservice.api.responses import problems
 from metaservice.schemas import (
     EdgeRemoval,
@@ -118,13 +118,13 @@ async def table_version(
     catalog: CatalogPath,
     database: DatabasePath,
     table: TablePath,
-    db: DatabaseDep,
+    rt: RuntimeDep,
     bound: Annotated[FreshnessQuery, Query()],
 ) -> TableVersion:
     """The snapshot of one table to read now (404 `no_consistent_version` before its first completion); with
     `min_barrier` or `max_staleness_seconds`, one meeting the bound (waiting up to `wait_seconds`; else 409)."""
     name = table_name(catalog, database, table)
-    result = await versions.consistent_versions(db, tables=[name], consistency=consistency_type, bound=bound)
+    result = await versions.consistent_versions(rt, tables=[name], consistency=consistency_type, bound=bound)
     return TableVersion(
         table=name, consistency=consistency_type, barrier=result.barrier, snapshot_id=result.versions[name]
     )

@@ -146,12 +146,6 @@ _IDLE_WRITERS_NAMED = _IDLE_WRITERS.format(
 _IDLE_WRITERS_ALL = _IDLE_WRITERS.format(tables="")
 _HEAD = "SELECT max(barrier) FROM barriers"
 
-# Freshness-bounded reads wait for a notification on this channel (db/listener.py). Writers that can make a newer
-# consistent version exist call NOTIFY_CALL inside their writing statement: PostgreSQL delivers it on commit, to
-# every listening server process, and folds duplicates of one transaction into one.
-CHANNEL = "metaservice_versions"
-LISTEN = f"LISTEN {CHANNEL}"
-NOTIFY_CALL = f"pg_notify('{CHANNEL}', '')"
 _ISSUED = "SELECT (SELECT issued_at FROM barriers WHERE barrier = %(barrier)s), now()"
 
 
