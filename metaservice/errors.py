@@ -85,6 +85,30 @@ class JobInactive(MetaServiceError):
     status, code, title = 409, "job_unregistered", "Job is unregistered"
 
 
+class UnknownSource(MetaServiceError):
+    """A job registration names sources MetaService has never seen (a misspelt name would wait forever)."""
+
+    status, code, title = 409, "unknown_source", "Source table is not known"
+
+
+class TableRetired(MetaServiceError):
+    status, code, title = 409, "table_retired", "Table is retired"
+
+
+class TableInUse(MetaServiceError):
+    status, code, title = 409, "table_in_use", "Table is used by a job"
+
+
+class PartialRootGroup(MetaServiceError):
+    """A report names some roots of a group without the others: a barrier would seal a part of the group."""
+
+    status, code, title = 409, "partial_root_group", "Roots of a group are reported together"
+
+
+class RootGroupConflict(MetaServiceError):
+    status, code, title = 409, "root_group_conflict", "Table cannot join the root group"
+
+
 class RollbackConflict(MetaServiceError):
     status, code, title = 409, "rollback_conflict", "Rollback cannot proceed"
 

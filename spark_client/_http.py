@@ -285,6 +285,54 @@ class MetaServiceClient:
         """
         return self._register("sink", job_id, table, format=format, location=location)
 
+    def register_job(
+        self,
+        job_id: str,
+        *,
+        sources: Sequence[str],
+        sinks: Sequence[str],
+        new_roots: Sequence[str] = (),
+        formats: Mapping[str, str] | None = None,
+        locations: Mapping[str, str] | None = None,
+    ) -> list[Registration]:
+        """Register every source and sink of a job in one request: all edges, or none. Idempotent.
+
+        Args:
+            job_id: the job.
+            sources: tables the job reads. Each must be known to MetaService (a job's sink, a reported root, a
+                table registered before) unless `new_roots` lists it.
+            sinks: tables the job writes; at least one.
+            new_roots: sources MetaService may not know yet: roots an outside writer created or will create.
+            formats: table → storage format, for the tables whose format is known.
+            locations: table → where it lives, for the tables whose location is known.
+
+        Returns:
+            One edge per table, sources first; `created` is False for those already registered.
+
+        Raises:
+            Conflict: a source MetaService does not know (`code` "unknown_source", `tables` names them) or a
+                retired table ("table_retired"); nothing was registered.
+            TableHasWriter: another job writes a sink; nothing was registered.
+            CycleError: the edges would close a loop; nothing was registered.
+
+        Example:
+            client.register_job("enrich", sources=["lake.raw.orders"], sinks=["lake.mart.orders_enriched"])
+        """
+        formats, locations = formats or {}, locations or {}
+
+        def declare(table: str) -> dict[str, str]:
+            extra = {"format": formats.get(table), "location": locations.get(table)}
+            return {"table": table, **{k: v for k, v in extra.items() if v}}
+
+        body = {
+            "sources": [declare(t) for t in sources],
+            "sinks": [declare(t) for t in sinks],
+            "new_roots": list(new_roots),
+        }
+        response = self._request("POST", f"/register/{_segment(job_id)}", json=body)
+        data = self._decode_object(response)
+        return [Registration.from_json(e, created=bool(e.get("created"))) for e in data.get("edges", [])]
+
     def unregister(self, job_id: str) -> None:
         """Retire a job: drop its edges and writer claims; its barrier history stays.
 
@@ -392,6 +440,30 @@ class MetaServiceClient:
         body = {"root_snapshots": dict(root_snapshots or {})}
         headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
         return IssuedBarrier.from_json(self._object("POST", "/barriers", json=body, headers=headers))
+
+    def set_root_group(self, group: str, tables: Sequence[str]) -> list[str]:
+        """Declare the roots one ingestion writes together: barriers seal all of them or none (admin). Idempotent.
+
+        A job's `next` report of one of them records nothing (it may see one appended and not the others); the
+        ingestion appends to every root of the group, then reports them together with `issue_barrier`.
+
+        Args:
+            group: the group's name (a job id's characters).
+            tables: the roots; the group holds exactly these afterwards.
+
+        Returns:
+            The group's tables, sorted.
+
+        Raises:
+            Conflict: `code` "root_group_conflict": a table a job writes, or one in another group.
+
+        Example:
+            client.set_root_group("ingest", ["lake.raw.events", "lake.raw.users"])
+            ...  # append to both tables, then:
+            client.issue_barrier({"lake.raw.events": 23, "lake.raw.users": 23})
+        """
+        data = self._object("PUT", f"/root-groups/{_segment(group)}", json={"tables": list(tables)})
+        return [str(t) for t in data["tables"]]
 
     def report_snapshot(self, table: str, snapshot_id: int, *, committed_at: datetime | None = None) -> None:
         """Report a new snapshot of a root table, written outside MetaService; the next barrier seals it.

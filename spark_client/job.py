@@ -185,9 +185,13 @@ class EtlJob:
             earlier data is not processed), "earliest" (the first barrier at which every input holds data: a
             backfill) or a barrier value (the first barrier at or after it). Ignored once the job has
             settled a barrier.
+        future_roots: sources that may not exist yet, neither in storage nor in MetaService: roots an outside
+            writer will create. `register` refuses any other source that MetaService does not know and storage
+            does not hold (a misspelt name would become a root that never gets data).
 
     Raises:
-        ValueError: a malformed job id or table name, a table both read and written, no sinks.
+        ValueError: a malformed job id or table name, a table both read and written, no sinks, a future root
+            that is not a source.
 
     Example:
         job = EtlJob(spark, client, catalog, job_id="enrich",
@@ -207,6 +211,7 @@ class EtlJob:
         sources: Sequence[str],
         sinks: Sequence[str],
         start: StartAt = "newest",
+        future_roots: Sequence[str] = (),
     ) -> None:
         if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
             raise ValueError(f"job ids match {_JOB_ID.pattern}, got {job_id!r}")
@@ -229,25 +234,40 @@ class EtlJob:
         self.spark, self.client, self.catalog = spark, client, catalog
         self.job_id, self.sources, self.sinks = job_id, list(sources), list(sinks)
         self.start: StartAt = check_start(start)
+        stray = sorted(set(future_roots) - set(sources))
+        if stray or isinstance(future_roots, str):
+            raise ValueError(f"job {job_id!r}: future_roots must be a list of its sources, got {future_roots!r}")
+        self.future_roots = list(future_roots)
         self._roots: list[str] | None = None
 
     def __repr__(self) -> str:
         return f"EtlJob({self.job_id!r}, sources={self.sources}, sinks={self.sinks})"
 
     def register(self) -> None:
-        """Register every source and sink (idempotent: safe on every start).
+        """Register every source and sink in one request: all of them or none (idempotent: safe on every start).
+
+        A source that storage holds, or that `future_roots` lists, may be new to MetaService; any other must be
+        known to it (a job's sink, a reported root), else nothing is registered.
+
+        Raises:
+            Conflict: `code` "unknown_source" (`tables` names them) or "table_retired"; nothing was registered.
+            TableHasWriter: another job writes a sink; nothing was registered.
 
         Example:
             job.register()
         """
-        for table in self.sources:
-            self.client.register_source(
-                self.job_id, table, format=self._format_of(table), location=self.catalog.location(table)
-            )
-        for table in self.sinks:
-            self.client.register_sink(
-                self.job_id, table, format=self._format_of(table), location=self.catalog.location(table)
-            )
+        tables = [*self.sources, *self.sinks]
+        in_storage = [
+            t for t in self.sources if t not in self.future_roots and self.catalog.latest_snapshot(t) is not None
+        ]
+        self.client.register_job(
+            self.job_id,
+            sources=self.sources,
+            sinks=self.sinks,
+            new_roots=[*self.future_roots, *in_storage],
+            formats={t: self._format_of(t) for t in tables},
+            locations={t: self.catalog.location(t) for t in tables},
+        )
         self._roots = None
 
     def _format_of(self, table: str) -> str:

@@ -12,6 +12,8 @@ from metaservice.api.responses import problems
 from metaservice.schemas import (
     EdgeRemoval,
     FreshnessQuery,
+    JobRegistration,
+    RegisterJobRequest,
     RegisterRequest,
     Registration,
     TableVersion,
@@ -91,6 +93,22 @@ async def register_sink(
 
     A job with a barrier in flight gets it aborted: it was planned on the old lineage."""
     return await _register("sink", job_id, table_name(catalog, database, table), body, db, response, principal)
+
+
+@router.post(
+    "/register/{job_id}",
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"model": JobRegistration, "description": "Every edge already registered"}, **problems(409)},
+)
+async def register_job(
+    job_id: JobIdPath, body: RegisterJobRequest, db: DatabaseDep, response: Response, principal: PrincipalDep
+) -> JobRegistration:
+    """Register a job's sources and sinks in one transaction: all of them or, on any 4xx, none (201 when an edge
+    was new, 200 when all were there; 409 `unknown_source` for a source MetaService does not know and that
+    `new_roots` does not declare, and the 409s of the per-edge endpoints)."""
+    result = await registry.register_job(db, job_id=job_id, request=body, principal=principal)
+    response.status_code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
+    return result
 
 
 @router.delete("/register/source/{job_id}/{catalog}/{database}/{table}", responses=problems(404))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -22,6 +23,24 @@ from metaservice.errors import MetaServiceError
 logger = logging.getLogger("metaservice")
 
 PROBLEM_JSON = "application/problem+json"
+
+
+# Validation errors whose context lists the values a field takes (`Literal` and enum fields).
+_CHOICE_ERRORS = {"literal_error", "enum"}
+_QUOTED = re.compile(r"'((?:[^'\\]|\\.)*)'")
+
+
+def _field(error: Mapping[str, Any]) -> dict[str, Any]:
+    """One invalid field of a request: where, what is wrong, and for a field of fixed values which ones it takes."""
+    field: dict[str, Any] = {
+        "loc": [str(part) for part in error.get("loc", ())],
+        "msg": str(error.get("msg", "")),
+        "type": error.get("type"),
+    }
+    expected = (error.get("ctx") or {}).get("expected")
+    if error.get("type") in _CHOICE_ERRORS and isinstance(expected, str):
+        field["allowed"] = _QUOTED.findall(expected)
+    return field
 
 
 def problem(
@@ -64,15 +83,11 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        fields = [
-            {
-                "loc": [str(part) for part in e.get("loc", ())],
-                "msg": str(e.get("msg", "")),
-                "type": e.get("type"),
-            }
-            for e in exc.errors()
-        ]
-        names = ", ".join(".".join(f["loc"]) for f in fields[:5])
+        fields = [_field(e) for e in exc.errors()]
+        names = ", ".join(
+            ".".join(f["loc"]) + (f" (one of {', '.join(map(repr, f['allowed']))})" if "allowed" in f else "")
+            for f in fields[:5]
+        )
         return problem(
             request,
             status=422,

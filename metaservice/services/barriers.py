@@ -31,15 +31,19 @@ from metaservice.errors import (
     NotFound,
     NotInFlight,
     NotRoot,
+    PartialRootGroup,
     SnapshotConflict,
     SnapshotRegressed,
+    TableRetired,
     Unavailable,
 )
 from metaservice.openlineage import runs as openlineage
 from metaservice.repositories import protocol as protocol_rows
+from metaservice.repositories import tables as table_rows
 from metaservice.repositories import versions as version_rows
 from metaservice.repositories.allocator import Allocation, AllocationRequest
 from metaservice.repositories.protocol import Gathered, GatherRequest
+from metaservice.repositories.tables import TableRow
 from metaservice.schemas import (
     AbortResult,
     BarrierDecision,
@@ -83,6 +87,8 @@ async def issue_barrier(
     Shares one allocation call with concurrent requests. With `request_key`, a repeated call returns the first
     call's barrier instead of issuing another.
     """
+    if root_snapshots:
+        await _check_whole_groups(rt, root_snapshots)
     allocation = await _allocate(
         rt, AllocationRequest("barrier", by=issued_by, key=request_key, roots=dict(root_snapshots))
     )
@@ -92,10 +98,36 @@ async def issue_barrier(
     return IssuedBarrier(barrier=allocation.barrier, issued_at=allocation.issued_at, sealed=allocation.sealed)
 
 
+async def _check_whole_groups(rt: Runtime, root_snapshots: Mapping[str, int]) -> None:
+    """A report naming a root of a group names every root of it: else a barrier would seal a part of the group."""
+
+    async def groups(unit: Unit) -> dict[str, list[str]]:
+        return await table_rows.groups_of(await unit.connection(), names=list(root_snapshots))
+
+    for group, members in (await in_autocommit(rt.database, groups)).items():
+        missing = [t for t in members if t not in root_snapshots]
+        if missing:
+            raise PartialRootGroup(
+                f"root group {group!r} is reported together: the report lacks {', '.join(missing)}",
+                root_group=group,
+                tables=members,
+                missing=missing,
+            )
+
+
 async def report_snapshot(rt: Runtime, *, table: str, snapshot_id: int, committed_at: datetime | None) -> int:
     """Record a new snapshot of a root table written outside MetaService; the next barrier seals it. An orphan
     (its writer job went) becomes a root again when reported at or above its newest known snapshot."""
     del committed_at  # accepted for the record; the database clock stamps reports
+
+    async def known(unit: Unit) -> TableRow | None:
+        return await table_rows.get(await unit.connection(), name=table)
+
+    row = await in_autocommit(rt.database, known)
+    if row is not None and row.retired_at is not None:
+        raise TableRetired(f"table {table!r} was retired by an admin; revive it to report snapshots", table=table)
+    if row is not None and row.root_group is not None:
+        await _check_whole_groups(rt, {table: snapshot_id})
     allocation = await _allocate(rt, AllocationRequest("report", by="api", roots={table: snapshot_id}))
     return allocation.latest[table]
 

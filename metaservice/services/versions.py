@@ -108,7 +108,7 @@ async def _newest(conn: Connection, *, names: list[str], consistency: Consistenc
         registered = await version_rows.registered(conn, names=names)
         missing = [n for n in names if n not in registered]
         if missing:
-            raise NotFound(f"tables not registered: {', '.join(missing)}", tables=missing)
+            raise NotFound(f"tables not registered (or retired): {', '.join(missing)}", tables=missing)
     found = await newest_complete(first, at, strong=strong)
     idle: list[str] = []
     if first.bound is not None and (found is None or found[0] < first.bound):
