@@ -25,7 +25,6 @@ from dagster import (
     SensorEvaluationContext,
     SensorResult,
     SkipReason,
-    UnresolvedAssetJobDefinition,
     sensor,
 )
 
@@ -54,7 +53,7 @@ def metaservice_consistency_sensor(
     *,
     name: str,
     tables: Sequence[str],
-    job: JobDefinition | UnresolvedAssetJobDefinition | None = None,
+    job: JobDefinition | Any | None = None,  # a JobDefinition or define_asset_job(...)
     job_name: str | None = None,
     consistency: Consistency = "strong",
     min_barrier: int | None = None,
