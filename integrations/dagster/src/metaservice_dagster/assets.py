@@ -1,18 +1,20 @@
 """MetaService tables as Dagster source assets: observed at a barrier (their `DataVersion`), with freshness
 checks from the server's delays (`GET /tables/{c}/{d}/{t}/delay`)."""
 
-from __future__ import annotations
+# (no `from __future__ import annotations`: Dagster reads the context annotations as types)
 
 from collections.abc import Sequence
 from typing import Any
 
 from dagster import (
+    AssetCheckExecutionContext,
     AssetCheckResult,
     AssetCheckSeverity,
     AssetChecksDefinition,
     AssetKey,
     DataVersion,
     ObserveResult,
+    OpExecutionContext,
     asset_check,
     observable_source_asset,
 )
@@ -57,7 +59,7 @@ def _source_asset(table: str, consistency: Consistency, resource_key: str, group
         group_name=group_name,
         description=f"{table}: its {consistency} version in MetaService; DataVersion = the barrier.",
     )
-    def _observe(context: Any) -> ObserveResult:
+    def _observe(context: OpExecutionContext) -> ObserveResult:
         resource: MetaServiceResource = getattr(context.resources, resource_key)
         with resource.get_client() as client:
             try:
@@ -117,7 +119,7 @@ def _freshness_check(
         + (f"; freshness <= {max_freshness:g}s" if max_freshness is not None else "")
         + (f"; lag <= {max_lag:g}s" if max_lag is not None else ""),
     )
-    def _check(context: Any) -> AssetCheckResult:
+    def _check(context: AssetCheckExecutionContext) -> AssetCheckResult:
         resource: MetaServiceResource = getattr(context.resources, resource_key)
         delay = resource.delay(table)
         freshness, lag = delay.get("freshness_seconds"), delay.get("lag_seconds")

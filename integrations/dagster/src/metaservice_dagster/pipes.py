@@ -16,7 +16,6 @@ Example (the job, started by `PipesSubprocessClient` or any Pipes client):
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -37,7 +36,7 @@ def report_run(pipes: Any, result: Any, *, asset_keys: Mapping[str, str] | None 
     metadata: dict[str, Any] = {
         "metaservice_action": action,
         "metaservice_barrier": barrier,
-        "metaservice_snapshots": {"raw_value": json.dumps(snapshots, sort_keys=True), "type": "json"},
+        "metaservice_snapshots": {"raw_value": snapshots, "type": "json"},
     }
     version = str(barrier) if action == "process" and barrier is not None else None
     if action == "aborted":
