@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 FORMAT ?= delta
 
-.PHONY: install demo test test-fast soak serve lint typecheck docs bench clean venv-airflow venv-dagster
+.PHONY: install demo test test-fast soak serve lint typecheck typecheck-integrations docs bench clean venv-airflow venv-dagster
 
 install: $(STAMP)
 
@@ -63,12 +63,17 @@ serve: install
 	$(BIN)/metaservice serve
 
 lint: install
-	$(BIN)/ruff check metaservice spark_client tests bench migrations
-	$(BIN)/ruff format --check metaservice spark_client tests bench migrations
+	$(BIN)/ruff check metaservice spark_client tests bench migrations integrations
+	$(BIN)/ruff format --check metaservice spark_client tests bench migrations integrations
 
 # mypy --strict (pyproject.toml) over the code, its tests and the benchmarks.
 typecheck: install
 	$(BIN)/mypy metaservice spark_client tests bench
+
+# mypy --strict over the orchestrator packages, against their own virtualenvs' Airflow and Dagster.
+typecheck-integrations: install venv-airflow venv-dagster
+	$(BIN)/mypy --python-executable .venv-airflow/bin/python --strict integrations/airflow/src
+	$(BIN)/mypy --python-executable .venv-dagster/bin/python --strict integrations/dagster/src
 
 # The documentation site (mkdocs.yml) into build/site; --strict: a broken link or anchor, or a page missing from
 # the nav, fails the build.

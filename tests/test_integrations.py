@@ -16,7 +16,6 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests import support
@@ -54,7 +53,8 @@ def test_each_package_is_versioned_with_the_project() -> None:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(PACKAGES))
-def test_package_suite_against_the_real_server(name: str, server: support.ServerProcess, api: httpx.Client) -> None:
+@pytest.mark.usefixtures("api")  # the tables the suite made are emptied afterwards
+def test_package_suite_against_the_real_server(name: str, server: support.ServerProcess) -> None:
     python = _venv(name)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("METASERVICE_", "PYTEST_", "AIRFLOW", "DAGSTER"))}
     env["METASERVICE_TEST_URL"] = server.base_url

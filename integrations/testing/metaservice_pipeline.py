@@ -161,7 +161,7 @@ class FlakyProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def set_mode(self, mode: str) -> None:
-        """"down": every connection is closed unanswered (as a crashed server's would be); "503": every request is
+        """ "down": every connection is closed unanswered (as a crashed server's would be); "503": every request is
         answered 503; "forward": to the server. "closed": nothing listens on the port any more."""
         asyncio.run_coroutine_threadsafe(self._set_mode(mode), self._loop).result(timeout=10)
 
@@ -196,7 +196,10 @@ class FlakyProxy:
                 body = b'{"type":"/problems/unavailable","status":503,"code":"unavailable","detail":"restarting"}'
                 writer.write(
                     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/problem+json\r\n"
-                    b"Retry-After: 0\r\nConnection: close\r\nContent-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+                    b"Retry-After: 0\r\nConnection: close\r\nContent-Length: "
+                    + str(len(body)).encode()
+                    + b"\r\n\r\n"
+                    + body
                 )
                 await writer.drain()
                 self.unavailable += 1

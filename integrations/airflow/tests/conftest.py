@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testing"))
 
-from metaservice_pipeline import Chain, server_url  # noqa: E402
+from metaservice_pipeline import Chain, server_url
 
 _HOME = Path(tempfile.mkdtemp(prefix="metaservice-airflow-"))
 os.environ.update(

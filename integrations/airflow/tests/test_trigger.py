@@ -14,9 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from metaservice_pipeline import Chain
-
 from metaservice_airflow.triggers import MetaServiceConsistencyTrigger, cursor_key
+from metaservice_pipeline import Chain
 
 RUNNER = Path(__file__).resolve().parent / "trigger_runner.py"
 
@@ -80,9 +79,8 @@ def triggerers() -> Iterator[list[Triggerer]]:
 
 def stored_cursor(asset: tuple[str, str], tables: list[str]) -> Any:
     """The barrier the trigger recorded in the asset's state store, read from the metadata database."""
-    from sqlalchemy import text
-
     from airflow.utils.session import create_session
+    from sqlalchemy import text
 
     with create_session() as session:
         rows = session.execute(

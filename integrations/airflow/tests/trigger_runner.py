@@ -28,7 +28,6 @@ def main(asset_name: str, asset_uri: str, kwargs: dict[str, Any]) -> None:
         InProcessTestSupervisor,
         set_supervisor_comms,
     )
-
     from metaservice_airflow.triggers import MetaServiceConsistencyTrigger
 
     class Comms(InProcessSupervisorComms):  # type: ignore[misc]

@@ -13,9 +13,8 @@ from dagster import DagsterInstance, instance_for_test
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "testing"))
 
-from metaservice_pipeline import Chain, server_url  # noqa: E402
-
-from metaservice_dagster import MetaServiceResource  # noqa: E402
+from metaservice_dagster import MetaServiceResource
+from metaservice_pipeline import Chain, server_url
 
 
 @pytest.fixture

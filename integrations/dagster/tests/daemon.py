@@ -21,14 +21,18 @@ class Tick:
     skipped: list[str] = field(default_factory=list)
 
 
-def evaluate(sensor: SensorDefinition, instance: DagsterInstance, cursor: str | None, resources: dict[str, Any]) -> Tick:
+def evaluate(
+    sensor: SensorDefinition, instance: DagsterInstance, cursor: str | None, resources: dict[str, Any]
+) -> Tick:
     context = build_sensor_context(instance=instance, cursor=cursor, resources=resources, sensor_name=sensor.name)
     result = sensor.evaluate_tick(context)
     skip = result.skip_message
     return Tick(list(result.run_requests or []), result.cursor if result.cursor is not None else cursor, skip)
 
 
-def launch(tick: Tick, sensor: SensorDefinition, instance: DagsterInstance, job: Any, resources: dict[str, Any]) -> Tick:
+def launch(
+    tick: Tick, sensor: SensorDefinition, instance: DagsterInstance, job: Any, resources: dict[str, Any]
+) -> Tick:
     for request in tick.requests:
         assert request.run_key
         existing = instance.get_runs(filters=RunsFilter(tags={RUN_KEY_TAG: request.run_key}))

@@ -17,8 +17,6 @@ from dagster import (
     materialize,
 )
 from dagster._core.definitions.observe import observe
-from metaservice_pipeline import Chain, server_url
-
 from metaservice_dagster import (
     MetaServiceResource,
     metaservice_freshness_checks,
@@ -26,6 +24,7 @@ from metaservice_dagster import (
     pipes_extras,
     table_asset_key,
 )
+from metaservice_pipeline import Chain, server_url
 
 
 def _observed_version(instance: DagsterInstance, key: AssetKey) -> str | None:
@@ -120,9 +119,7 @@ def test_pipes_reports_the_barrier_and_snapshots_of_a_job_as_materialization_met
             command=command, context=context, extras=pipes_extras(handed)
         ).get_materialize_result()
 
-    result = materialize(
-        [mart_a], instance=instance, resources={"pipes_subprocess_client": PipesSubprocessClient()}
-    )
+    result = materialize([mart_a], instance=instance, resources={"pipes_subprocess_client": PipesSubprocessClient()})
     assert result.success
     [materialization] = result.asset_materializations_for_node(mart_a.op.name)
     barrier = chain.newest_barrier(chain.a)

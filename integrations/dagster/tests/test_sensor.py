@@ -8,9 +8,8 @@ from typing import Any
 import pytest
 from daemon import evaluate, launch, runs_of
 from dagster import DagsterInstance, job, op
-from metaservice_pipeline import Chain, flaky_proxy, server_url, when_waiting
-
 from metaservice_dagster import MetaServiceResource, MetaServiceVersions, metaservice_consistency_sensor, run_key
+from metaservice_pipeline import Chain, flaky_proxy, server_url, when_waiting
 
 SEEN: list[dict[str, Any]] = []
 
@@ -43,7 +42,7 @@ def test_one_run_per_new_consistent_barrier_reading_exactly_the_handed_snapshots
     first, snapshots = chain.commit_round()
     tick = launch(evaluate(sensor, instance, None, resources), sensor, instance, consumer, resources)
     assert tick.launched == [run_key(chain.tables, "strong", first)]
-    assert SEEN == [{"barrier": first, "snapshots": snapshots}]
+    assert [{"barrier": first, "snapshots": snapshots}] == SEEN
 
     again = evaluate(sensor, instance, tick.cursor, resources)  # nothing new
     assert again.requests == [] and again.skip is not None

@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import BaseSensorOperator
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowSensorTimeout
 
 from metaservice_airflow._waiting import (
     DEFAULT_POLL_SECONDS,
@@ -23,13 +23,8 @@ from metaservice_airflow._waiting import (
 from metaservice_airflow.hooks import DEFAULT_CONN_ID, MetaServiceHook
 from metaservice_airflow.triggers import MetaServiceConsistencyTrigger
 
-try:  # Airflow 3.x: the sensor's own timeout exception (fails the task without retries)
-    from airflow.sdk.exceptions import AirflowSensorTimeout
-except ImportError:  # pragma: no cover - older task SDKs
-    from airflow.exceptions import AirflowSensorTimeout
 
-
-class MetaServiceConsistencySensor(BaseSensorOperator):  # type: ignore[misc]  # Airflow's classes are untyped
+class MetaServiceConsistencySensor(BaseSensorOperator):
     """Wait until `tables` have a consistent version (at `min_barrier` or later, or at most
     `max_staleness_seconds` old), then return `{"barrier", "snapshots", "consistency", "tables"}` to XCom.
 
@@ -99,7 +94,7 @@ class MetaServiceConsistencySensor(BaseSensorOperator):  # type: ignore[misc]  #
         """Not used: `execute` waits by long poll (deferred or not), never by pokes."""
         raise NotImplementedError("MetaServiceConsistencySensor waits by long poll; it has no poke")
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Any) -> dict[str, Any]:  # noqa: ARG002  # Airflow calls it with the context
         min_barrier = self._rendered_min_barrier()
         if self.deferrable:
             trigger = MetaServiceConsistencyTrigger(
@@ -122,7 +117,7 @@ class MetaServiceConsistencySensor(BaseSensorOperator):  # type: ignore[misc]  #
             found = await wait_for_version(
                 api,
                 self.tables,
-                self.consistency,  # type: ignore[arg-type]  # checked in __init__
+                self.consistency,
                 min_barrier=min_barrier,
                 max_staleness_seconds=self.max_staleness_seconds,
                 deadline=time.monotonic() + float(self.timeout),
@@ -134,7 +129,7 @@ class MetaServiceConsistencySensor(BaseSensorOperator):  # type: ignore[misc]  #
             await api.aclose()
         return {**found.as_dict(), "tables": list(self.tables)}
 
-    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:
+    def execute_complete(self, context: Any, event: dict[str, Any] | None = None) -> dict[str, Any]:  # noqa: ARG002
         """Resumed by the trigger's event: the version to XCom, or the timeout as the sensor's failure."""
         if not event:
             raise AirflowException("MetaServiceConsistencySensor resumed without an event")

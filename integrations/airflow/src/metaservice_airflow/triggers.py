@@ -44,7 +44,7 @@ def cursor_key(tables: Sequence[str], consistency: str) -> str:
     return f"{STATE_KEY_PREFIX}:{digest}"
 
 
-class MetaServiceConsistencyTrigger(BaseEventTrigger):  # type: ignore[misc]  # Airflow's classes are untyped
+class MetaServiceConsistencyTrigger(BaseEventTrigger):
     """Fires once per new consistent barrier of `tables`: `{"status": "ok", "barrier", "snapshots", "tables",
     "consistency"}`.
 
@@ -80,7 +80,7 @@ class MetaServiceConsistencyTrigger(BaseEventTrigger):  # type: ignore[misc]  # 
         poll_seconds: float = DEFAULT_POLL_SECONDS,
         metaservice_conn_id: str = DEFAULT_CONN_ID,
     ) -> None:
-        super().__init__()
+        super().__init__()  # type: ignore[no-untyped-call]  # Airflow's BaseTrigger is untyped
         self.tables = check_tables(tables)
         self.consistency, self.min_barrier, self.max_staleness_seconds = check_bound(
             consistency, min_barrier, max_staleness_seconds
@@ -136,7 +136,9 @@ class MetaServiceConsistencyTrigger(BaseEventTrigger):  # type: ignore[misc]  # 
         deadline = None if self.timeout_seconds is None else time.monotonic() + self.timeout_seconds
         last = await self._last_emitted()
         if last is not None:
-            self.log.info("MetaService: the last barrier emitted for %s was %d; waiting for a newer one", self.tables, last)
+            self.log.info(
+                "MetaService: the last barrier emitted for %s was %d; waiting for a newer one", self.tables, last
+            )
         api = AsyncVersions(url, token)
         try:
             while True:
@@ -157,10 +159,10 @@ class MetaServiceConsistencyTrigger(BaseEventTrigger):  # type: ignore[misc]  # 
                         **bound,
                     )
                 except WaitTimeout as exc:
-                    yield TriggerEvent({"status": "timeout", "message": str(exc), "tables": list(self.tables)})
+                    yield TriggerEvent({"status": "timeout", "message": str(exc), "tables": list(self.tables)})  # type: ignore[no-untyped-call]
                     return
                 self.log.info("MetaService: %s consistent at barrier %d", self.tables, found.barrier)
-                yield TriggerEvent(self.payload(found))
+                yield TriggerEvent(self.payload(found))  # type: ignore[no-untyped-call]
                 await self._record(found.barrier)
                 last = found.barrier
         finally:

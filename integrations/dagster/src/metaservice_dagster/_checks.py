@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, cast
+from typing import Literal
 
 Consistency = Literal["strong", "weak"]
 
@@ -31,7 +31,9 @@ def check_bound(
         raise ValueError(f"consistency must be 'strong' or 'weak', got {consistency!r}")
     if min_barrier is not None and max_staleness_seconds is not None:
         raise ValueError("give min_barrier or max_staleness_seconds, not both")
-    if min_barrier is not None and (not isinstance(min_barrier, int) or isinstance(min_barrier, bool) or min_barrier < 0):
+    if min_barrier is not None and (
+        not isinstance(min_barrier, int) or isinstance(min_barrier, bool) or min_barrier < 0
+    ):
         raise ValueError(f"min_barrier must be a barrier (an integer >= 0), got {min_barrier!r}")
     if max_staleness_seconds is not None and (
         not isinstance(max_staleness_seconds, int | float)
@@ -40,4 +42,4 @@ def check_bound(
     ):
         raise ValueError(f"max_staleness_seconds must be a number > 0, got {max_staleness_seconds!r}")
     staleness = float(max_staleness_seconds) if max_staleness_seconds is not None else None
-    return cast(Consistency, consistency), min_barrier, staleness
+    return consistency, min_barrier, staleness

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dagster import Config
+from pydantic import Field
 
 
-class MetaServiceVersions(Config):  # type: ignore[misc]  # dagster's base class is untyped for mypy
+class MetaServiceVersions(Config):
     """One consistent barrier and the snapshot id of each table to read there.
 
     Example:
@@ -17,4 +18,4 @@ class MetaServiceVersions(Config):  # type: ignore[misc]  # dagster's base class
     barrier: int
     snapshots: dict[str, int]
     consistency: str = "strong"
-    tables: list[str] = []
+    tables: list[str] = Field(default_factory=list)

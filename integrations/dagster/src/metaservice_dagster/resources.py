@@ -16,7 +16,7 @@ from spark_client.models import ConsistentVersions
 Consistency = Literal["strong", "weak"]
 
 
-class MetaServiceResource(ConfigurableResource):  # type: ignore[misc]  # dagster's base class is untyped for mypy
+class MetaServiceResource(ConfigurableResource["MetaServiceResource"]):
     """A MetaService server: its URL and a bearer token.
 
     Example:

@@ -97,7 +97,9 @@ def metaservice_consistency_sensor(
     names = check_tables(tables)
     consistency, min_barrier, max_staleness_seconds = check_bound(consistency, min_barrier, max_staleness_seconds)
     if not 0 <= wait_seconds <= 50:
-        raise ValueError(f"wait_seconds must be between 0 and 50 (a sensor evaluation times out at 60 s): {wait_seconds}")
+        raise ValueError(
+            f"wait_seconds must be between 0 and 50 (a sensor evaluation times out at 60 s): {wait_seconds}"
+        )
     if ops and run_config_fn is not None:
         raise ValueError("give ops or run_config_fn, not both")
     if (job is None) == (job_name is None):
