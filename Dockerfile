@@ -1,17 +1,18 @@
 # syntax=docker/dockerfile:1
 # Production image of the MetaService server: `docker compose up` (see docker-compose.yml) or
 #   docker build -t metaservice . && docker run -e METASERVICE_DATABASE_URL=postgresql://… -p 8080:8080 metaservice
-# Only the server's runtime dependencies are installed: no `dev` or `spark` extras.
+# Only the server's runtime dependencies are installed: the `server` extra, no `dev`, `spark` or table-format extras.
 
 FROM python:3.11-slim AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/venv
 ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml setup.py README.md ./
 COPY metaservice ./metaservice
+COPY migrations ./migrations
 COPY spark_client ./spark_client
-RUN pip install --upgrade pip && pip install .
+RUN pip install --upgrade pip && pip install '.[server]'
 
 FROM python:3.11-slim
 ENV PATH=/opt/venv/bin:$PATH \
@@ -23,11 +24,8 @@ ENV PATH=/opt/venv/bin:$PATH \
 RUN groupadd --system --gid 10001 metaservice \
  && useradd --system --uid 10001 --gid metaservice --create-home --home-dir /home/metaservice \
             --shell /usr/sbin/nologin metaservice
+# The Alembic scripts are inside the installed package, as `metaservice.migrations` (setup.py).
 COPY --from=build /opt/venv /opt/venv
-# `pip install .` installs the Alembic scripts under /opt/venv/share/metaservice/migrations (pyproject.toml,
-# data-files); metaservice/db/migrate.py prefers a `migrations/` next to the package, which this copy provides
-# from the same build context, so the scripts the image runs are the ones the deployment test exercises.
-COPY migrations /opt/venv/lib/python3.11/site-packages/migrations
 USER metaservice
 WORKDIR /home/metaservice
 EXPOSE 8080

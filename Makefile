@@ -9,10 +9,10 @@ FORMAT ?= delta
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[spark,dev]'
+	$(BIN)/pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
 
 # The orchestrator packages (integrations/*) each get a virtualenv of their own, so that the pins of Airflow and
@@ -30,15 +30,15 @@ define orch_venv
 endef
 
 venv-airflow: .venv-airflow/.installed
-.venv-airflow/.installed: pyproject.toml integrations/airflow/pyproject.toml
+.venv-airflow/.installed: pyproject.toml setup.py integrations/airflow/pyproject.toml
 	$(call orch_venv,.venv-airflow,airflow)
 
 venv-dagster: .venv-dagster/.installed
-.venv-dagster/.installed: pyproject.toml integrations/dagster/pyproject.toml
+.venv-dagster/.installed: pyproject.toml setup.py integrations/dagster/pyproject.toml
 	$(call orch_venv,.venv-dagster,dagster)
 
 demo: install
-	$(BIN)/python -m metaservice.demo --format $(FORMAT)
+	$(BIN)/python -m demo --format $(FORMAT)
 
 test: install
 	$(BIN)/pytest -n 2 --dist loadgroup
@@ -63,12 +63,13 @@ serve: install
 	$(BIN)/metaservice serve
 
 lint: install
-	$(BIN)/ruff check metaservice spark_client tests bench migrations integrations
-	$(BIN)/ruff format --check metaservice spark_client tests bench migrations integrations
+	$(BIN)/ruff check metaservice spark_client tests bench migrations demo setup.py docs/examples integrations
+	$(BIN)/ruff format --check metaservice spark_client tests bench migrations demo setup.py docs/examples integrations
+	$(BIN)/lint-imports  # the import layers contract (.importlinter, docs/design.md "Code layout")
 
 # mypy --strict (pyproject.toml) over the code, its tests and the benchmarks.
 typecheck: install
-	$(BIN)/mypy metaservice spark_client tests bench
+	$(BIN)/mypy metaservice spark_client tests bench demo docs/examples
 
 # mypy --strict over the orchestrator packages, against their own virtualenvs' Airflow and Dagster.
 typecheck-integrations: install venv-airflow venv-dagster

@@ -25,7 +25,7 @@ import psycopg
 from bench import seed
 from bench.context import Context
 from bench.report import Outcome, ms
-from metaservice.db.allocator import AllocationRequest
+from metaservice.repositories.allocator import AllocationRequest
 
 SIZES = (100, 10_000)
 REPEAT = 40

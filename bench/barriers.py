@@ -28,7 +28,7 @@ def transaction_script() -> str:
     exactly as the server's allocator calls it (`AllocationRequest.wire`)."""
     import json
 
-    from metaservice.db.allocator import _CALL, AllocationRequest
+    from metaservice.repositories.allocator import _CALL, AllocationRequest
 
     batch = json.dumps([AllocationRequest("barrier", by="pgbench").wire()])
     path = WORK_DIR / "barrier_transaction.sql"

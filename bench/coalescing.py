@@ -55,6 +55,7 @@ async def _writes(conn: Connection, plans: list[Writes], *, one_by_one: bool) ->
 async def _measure(url: str, jobs: int, rounds: int) -> dict[str, list[float]]:
     from metaservice.db.database import Database
     from metaservice.repositories import protocol
+    from metaservice.runtime import Runtime
     from metaservice.services import barriers
     from metaservice.services.planner import Planner
     from metaservice.settings import Settings
@@ -62,6 +63,7 @@ async def _measure(url: str, jobs: int, rounds: int) -> dict[str, list[float]]:
     specs = seed.one_root_per_job(jobs)
     db = Database(Settings(database_url=url))
     await db.open()
+    runtime = Runtime(db)
     conn = await db.connect()
     row = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
     assert row is not None
@@ -80,7 +82,7 @@ async def _measure(url: str, jobs: int, rounds: int) -> dict[str, list[float]]:
             requests = []
             for s in specs:
                 roots = {s.sources[0]: snapshot}
-                decision = await barriers.next_barrier(db, job_id=s.job_id, root_snapshots=roots, min_interval=0)
+                decision = await barriers.next_barrier(runtime, job_id=s.job_id, root_snapshots=roots, min_interval=0)
                 requests.append(protocol.GatherRequest(s.job_id, decision.barrier, windows=False))
             await timed(f"gather {how}", _gathers(conn, requests, one_by_one=how == "1"))
             plans = []
@@ -92,6 +94,7 @@ async def _measure(url: str, jobs: int, rounds: int) -> dict[str, list[float]]:
             await timed(f"write {how}", _writes(conn, plans, one_by_one=how == "1"))
     finally:
         await conn.close()
+        await runtime.close()
         await db.close()
     half = rounds / 2
     return {key: [server / half, backend / half] for key, (server, backend) in cpu.items()}

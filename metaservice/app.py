@@ -10,15 +10,16 @@ from typing import Any
 from fastapi import Depends, FastAPI
 from fastapi.routing import APIRoute
 
-from metaservice import __version__, errors, observability
-from metaservice.api import barriers, flip, inspection, leases, lineage, ops, rollbacks, ui, versions
+from metaservice import __version__, observability
+from metaservice.api import barriers, flip, inspection, leases, lineage, ops, problems, rollbacks, ui, versions
 from metaservice.api import openlineage as openlineage_api
 from metaservice.api.auth import authorize
 from metaservice.api.limits import RequestBodies
+from metaservice.api.openlineage_outbox import RunOutbox
 from metaservice.db.database import Database
 from metaservice.observability import MetricsRefresher
-from metaservice.services.openlineage.mapping import DatasetMapping
-from metaservice.services.openlineage.outbox import RunOutbox
+from metaservice.openlineage.mapping import DatasetMapping
+from metaservice.runtime import Runtime
 from metaservice.settings import Settings
 
 
@@ -27,15 +28,17 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
     settings: Settings = app.state.settings
     database = Database(settings)
     await database.open()
+    runtime = Runtime(database)  # the protocol's per-process machinery over the pool (runtime.py)
     app.state.database = database
+    app.state.runtime = runtime
     refresher = MetricsRefresher(database, interval=settings.metrics_refresh_seconds)
     app.state.metrics_figures = refresher
     try:
         async with AsyncExitStack() as background:
             await background.enter_async_context(refresher.running())
-            background.enter_context(database.listener.draining_on_signals())
+            background.enter_context(runtime.listener.draining_on_signals())
             if settings.openlineage_url is not None:
-                from metaservice.services.openlineage.emitter import OpenLineageEmitter  # only when configured
+                from metaservice.openlineage.emitter import OpenLineageEmitter  # only when configured
 
                 emitter = OpenLineageEmitter(settings, app.state.http_metrics.openlineage)
                 await background.enter_async_context(emitter.running())
@@ -44,8 +47,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
             # Frozen, the cyclic collector no longer walks it: a full collection took ~100 ms with it, every
             # second or so under load, and was the p99 of every route.
             gc.freeze()
-            yield {"database": database}
+            yield {"database": database, "runtime": runtime}
     finally:
+        await runtime.close()  # waiters answer before the pool goes
         await database.close()
 
 
@@ -70,7 +74,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.settings = settings
     app.state.openlineage = None  # the emitter, started in the lifespan when an OpenLineage URL is configured
     app.state.openlineage_datasets = DatasetMapping(settings.openlineage_datasets)
-    errors.install_handlers(app)
+    problems.install_handlers(app)
     for module in (flip, barriers, versions, inspection, leases, rollbacks, ops):
         app.include_router(module.router)
     app.include_router(lineage.router)

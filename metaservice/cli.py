@@ -1,4 +1,5 @@
-"""Command line: `metaservice serve`, `metaservice migrate` and `metaservice token …`.
+"""Command line: `metaservice serve`, `metaservice migrate` and `metaservice token …` on the database; the admin
+commands (`lineage`, `delays`, `job`, `abort`, `barrier`, `retire`, `rollback`) over HTTP (metaservice/admin_cli.py).
 
 A user's mistake (a name in use, an unknown token, an unreachable database, a bad setting) is answered with one
 line on stderr and a non-zero exit, never a traceback. SIGTERM and SIGINT end every command through its cleanup,
@@ -21,6 +22,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 from typer.core import TyperGroup
 
+from metaservice import admin_cli
 from metaservice.settings import Settings
 
 
@@ -369,6 +371,8 @@ def token_revoke(name: str, database_url: DatabaseUrlOption = None, data_dir: Da
         _run_with_session(database_url, data_dir, lambda s: tokens.revoke_token(s, name=name))
     typer.echo(f"revoked {name!r}")
 
+
+admin_cli.mount(app)
 
 if __name__ == "__main__":
     app()

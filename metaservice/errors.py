@@ -1,23 +1,12 @@
-"""Typed errors and their RFC 9457 problem+json rendering.
+"""Typed errors: every error a user can cause is a `MetaServiceError` subclass with a stable `code`.
 
-Every error a user can cause is a `MetaServiceError` subclass with a stable `code`; one handler renders
-them all. Anything else that escapes a route is a bug and is reported as a 500 problem document.
+No web import here: the database layer and the services raise these, and `metaservice/api/problems.py` renders
+them as RFC 9457 problem documents. Anything else that escapes a route is a bug, reported as a 500 problem.
 """
 
 from __future__ import annotations
 
-import logging
 from typing import Any, ClassVar
-
-from fastapi import FastAPI, Request
-from fastapi.encoders import jsonable_encoder
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
-
-logger = logging.getLogger("metaservice")
-
-PROBLEM_JSON = "application/problem+json"
 
 
 class MetaServiceError(Exception):
@@ -96,6 +85,30 @@ class JobInactive(MetaServiceError):
     status, code, title = 409, "job_unregistered", "Job is unregistered"
 
 
+class UnknownSource(MetaServiceError):
+    """A job registration names sources MetaService has never seen (a misspelt name would wait forever)."""
+
+    status, code, title = 409, "unknown_source", "Source table is not known"
+
+
+class TableRetired(MetaServiceError):
+    status, code, title = 409, "table_retired", "Table is retired"
+
+
+class TableInUse(MetaServiceError):
+    status, code, title = 409, "table_in_use", "Table is used by a job"
+
+
+class PartialRootGroup(MetaServiceError):
+    """A report names some roots of a group without the others: a barrier would seal a part of the group."""
+
+    status, code, title = 409, "partial_root_group", "Roots of a group are reported together"
+
+
+class RootGroupConflict(MetaServiceError):
+    status, code, title = 409, "root_group_conflict", "Table cannot join the root group"
+
+
 class RollbackConflict(MetaServiceError):
     status, code, title = 409, "rollback_conflict", "Rollback cannot proceed"
 
@@ -148,133 +161,3 @@ class OutcomeUnknown(MetaServiceError):
 
     def __init__(self, detail: str, *, retry_after: int = 1, **extra: Any) -> None:
         super().__init__(detail, headers={"Retry-After": str(retry_after)}, retry_after_seconds=retry_after, **extra)
-
-
-def problem(
-    request: Request,
-    *,
-    status: int,
-    code: str,
-    title: str,
-    detail: str,
-    headers: dict[str, str] | None = None,
-    **extra: Any,
-) -> JSONResponse:
-    """Render one RFC 9457 problem document with our `code` extension."""
-    body = {
-        "type": f"/problems/{code}",
-        "title": title,
-        "status": status,
-        "detail": detail,
-        "instance": request.url.path,
-        "code": code,
-        **extra,
-    }
-    return JSONResponse(jsonable_encoder(body), status_code=status, media_type=PROBLEM_JSON, headers=headers)
-
-
-def install_handlers(app: FastAPI) -> None:
-    """Route every exception kind to a problem document; unknown exceptions become a logged 500."""
-
-    @app.exception_handler(MetaServiceError)
-    async def _domain(request: Request, exc: MetaServiceError) -> JSONResponse:
-        return problem(
-            request,
-            status=exc.status,
-            code=exc.code,
-            title=exc.title,
-            detail=exc.detail,
-            headers=exc.headers or None,
-            **exc.extra,
-        )
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        fields = [
-            {
-                "loc": [str(part) for part in e.get("loc", ())],
-                "msg": str(e.get("msg", "")),
-                "type": e.get("type"),
-            }
-            for e in exc.errors()
-        ]
-        names = ", ".join(".".join(f["loc"]) for f in fields[:5])
-        return problem(
-            request,
-            status=422,
-            code="invalid_request",
-            title="Invalid request",
-            detail=f"{len(fields)} invalid field(s): {names}",
-            errors=fields,
-        )
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        codes = {
-            404: "not_found",
-            405: "method_not_allowed",
-            413: "payload_too_large",
-            400: "invalid_request",
-        }
-        code = codes.get(exc.status_code, "http_error")
-        if exc.status_code == 405:  # Starlette names only the first matching route's methods
-            allowed = _allowed_methods(request)
-            return problem(
-                request,
-                status=405,
-                code="method_not_allowed",
-                title="Method not allowed",
-                detail=f"{request.method} is not allowed on {request.url.path}; allowed: {', '.join(allowed)}",
-                headers={"Allow": ", ".join(allowed)},
-                allowed=allowed,
-            )
-        if exc.status_code == 400:  # a body that does not parse: the contract says 422 invalid_request
-            return problem(
-                request,
-                status=422,
-                code="invalid_request",
-                title="Invalid request",
-                detail=f"the request body is not valid JSON: {exc.detail}",
-                errors=[{"loc": ["body"], "msg": str(exc.detail), "type": "json_invalid"}],
-            )
-        return problem(
-            request,
-            status=exc.status_code,
-            code=code,
-            title=str(exc.detail) if exc.status_code != 404 else "Not found",
-            detail=str(exc.detail) if exc.status_code != 404 else _no_route(request),
-            headers=dict(exc.headers) if exc.headers else None,
-        )
-
-    @app.exception_handler(Exception)
-    async def _bug(request: Request, exc: Exception) -> JSONResponse:
-        logger.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-        return problem(
-            request,
-            status=500,
-            code="internal_error",
-            title="Internal error",
-            detail="an unexpected error occurred",
-        )
-
-
-def _no_route(request: Request) -> str:
-    """The 404 detail; a path that exists without its trailing slash says so (there is no slash redirect)."""
-    path = request.url.path
-    stripped = path.rstrip("/")
-    if stripped and stripped != path and _allowed_methods(request, stripped):
-        return f"no route for {path}; without the trailing slash: {stripped}"
-    return f"no route for {path}"
-
-
-def _allowed_methods(request: Request, path: str | None = None) -> list[str]:
-    """Every method the published API serves at `path` (default: the request's; routes are nested in included
-    routers)."""
-    import re
-
-    methods: set[str] = set()
-    for template, operations in request.app.openapi().get("paths", {}).items():
-        pattern = re.sub(r"\\{[^/]+?\\}", "[^/]+", re.escape(template))
-        if re.fullmatch(pattern, path or request.url.path):
-            methods |= {m.upper() for m in operations}
-    return sorted(methods)

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from fastapi import FastAPI
 
     from metaservice.db.database import Database
+    from metaservice.runtime import Runtime
     from metaservice.services.delays import MetricFigures
     from metaservice.settings import Settings
 
@@ -149,7 +150,7 @@ def configure_logging(settings: Settings) -> None:
 
 
 class OpenLineageCounters:
-    """What became of the OpenLineage events this process had to send (metaservice/services/openlineage)."""
+    """What became of the OpenLineage events this process had to send (metaservice/openlineage)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.sent = Counter(
@@ -361,15 +362,15 @@ def _incoming_id(scope: Scope) -> str | None:
 
 
 class VersionWaiters(Collector):
-    """Freshness-bounded reads blocked until a change (db/listener.py), read from the app's database at scrape
+    """Freshness-bounded reads blocked until a change (db/listener.py), read from the app's runtime at scrape
     time (this server process)."""
 
     def __init__(self, app: FastAPI) -> None:
         self.app = app
 
     def collect(self) -> Iterable[Metric]:
-        database = getattr(self.app.state, "database", None)
-        listener = getattr(database, "listener", None)
+        runtime: Runtime | None = getattr(self.app.state, "runtime", None)  # None before the lifespan started
+        listener = None if runtime is None else runtime.listener
         yield GaugeMetricFamily(
             "metaservice_version_waiters",
             "Freshness-bounded version reads waiting for a newer consistent version (this server process).",

@@ -92,6 +92,44 @@ class RegisterRequest(Request):
     location: Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=NO_NUL)] | None = None
 
 
+class TableDeclaration(RegisterRequest):
+    table: TableName
+
+
+class RegisterJobRequest(Request):
+    """A job's whole lineage in one request: every edge is registered, or none (one transaction)."""
+
+    sources: Annotated[list[TableDeclaration], Field(max_length=MAX_BODY_ITEMS)] = Field(default_factory=list)
+    sinks: Annotated[list[TableDeclaration], Field(min_length=1, max_length=MAX_BODY_ITEMS)]
+    new_roots: Annotated[list[TableName], Field(max_length=MAX_BODY_ITEMS)] = Field(
+        default_factory=list,
+        description="sources MetaService may not know yet: roots an outside writer created or will create. Any "
+        "other source must be a table MetaService knows, else 409 `unknown_source` (a misspelt name would "
+        "otherwise become a root that never gets data)",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> RegisterJobRequest:
+        sources = [d.table for d in self.sources]
+        sinks = [d.table for d in self.sinks]
+        for role, names in (("sources", sources), ("sinks", sinks)):
+            if len(set(names)) != len(names):
+                raise ValueError(f"{role} name a table twice: {sorted({n for n in names if names.count(n) > 1})}")
+        both = sorted(set(sources) & set(sinks))
+        if both:
+            raise ValueError(f"a job cannot both read and write a table: {both}")
+        stray = sorted(set(self.new_roots) - set(sources))
+        if stray:
+            raise ValueError(f"new_roots must be sources of the job: {stray}")
+        return self
+
+
+class RootGroupRequest(Request):
+    tables: Annotated[list[TableName], Field(min_length=1, max_length=MAX_BODY_ITEMS)] = Field(
+        description="the roots one ingestion writes together; the group holds exactly these afterwards"
+    )
+
+
 StartAt = Literal["newest", "earliest"] | BarrierValue
 
 
@@ -189,6 +227,28 @@ class Registration(BaseModel):
     table: str
     role: Literal["source", "sink"]
     created: bool
+
+
+class JobRegistration(BaseModel):
+    job_id: str
+    edges: list[Registration] = Field(description="every edge of the request; `created` is false for those it had")
+    created: bool = Field(description="true when any edge was new (201), false when nothing changed (200)")
+
+
+class TableRetirement(BaseModel):
+    table: str
+    retired: bool = Field(description="true when the table is retired (after `retire`), false after `revive`")
+    retired_at: datetime | None
+    changed: bool = Field(description="false when the table was already in that state (nothing changed)")
+
+
+class RootGroup(BaseModel):
+    group: str
+    tables: list[str]
+
+
+class RootGroupList(BaseModel):
+    groups: list[RootGroup]
 
 
 class EdgeRemoval(BaseModel):
@@ -327,6 +387,9 @@ class TableInfo(BaseModel):
     latest_snapshot_id: int | None
     newest_complete_barrier: int | None
     newest_complete_snapshot_id: int | None
+    retired_at: datetime | None = Field(
+        default=None, description="set when an admin retired the table (it is out of lists and reads)"
+    )
 
 
 class TableList(BaseModel):

@@ -3,58 +3,17 @@
 Example:
     from spark_client import MetaServiceClient, DeltaCatalog, IcebergCatalog, PaimonCatalog, EtlJob, consistent_tables
     from spark_client.modes import Append, Merge, Overwrite, OverwritePartitions, ReplaceWhere
+
+Imports are lazy (PEP 562): `import spark_client` loads nothing but this module, so the HTTP client works with the
+base install alone (httpx, tenacity); a name is imported from its module when first used, and Spark or a table
+format library only when a name that needs it is (`EtlJob` runs with the `spark` extra, `DeltaCatalog` needs the
+`delta` extra, and so on).
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from __future__ import annotations
 
-# Each public name and the module it lives in, imported on first use (PEP 562): `import spark_client` and the
-# HTTP part (`spark_client._http`, `.errors`, `.models`) need neither pyspark nor the table format libraries.
-_LAZY = {
-    "MetaServiceClient": "spark_client._http",
-    "RetryPolicy": "spark_client._retry",
-    "ConsistentArrow": "spark_client.arrow",
-    "consistent_arrow": "spark_client.arrow",
-    **dict.fromkeys(
-        (
-            "Catalog",
-            "DeltaCatalog",
-            "IcebergCatalog",
-            "NotAppendOnly",
-            "PaimonCatalog",
-            "RoutingCatalog",
-            "SchemaMismatch",
-        ),
-        "spark_client.catalog",
-    ),
-    **dict.fromkeys(
-        (
-            "Conflict",
-            "CycleError",
-            "InvalidRequest",
-            "InvalidTransformResult",
-            "MetaServiceError",
-            "NoConsistentVersion",
-            "NotFound",
-            "NotFreshEnough",
-            "NotInFlight",
-            "OutcomeUnknown",
-            "SnapshotConflict",
-            "TableHasWriter",
-            "Unavailable",
-            "UnexpectedSinkCommit",
-            "UnsafeWriteMode",
-        ),
-        "spark_client.errors",
-    ),
-    "Inputs": "spark_client.inputs",
-    "EtlJob": "spark_client.job",
-    "PermanentFailure": "spark_client.job",
-    "RunResult": "spark_client.job",
-    "ConsistentTables": "spark_client.reading",
-    "consistent_tables": "spark_client.reading",
-    "apply_rollback": "spark_client.rollback",
-}
+import importlib
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from spark_client._http import MetaServiceClient
@@ -91,18 +50,55 @@ if TYPE_CHECKING:
     from spark_client.reading import ConsistentTables, consistent_tables
     from spark_client.rollback import apply_rollback
 
+# public name → the module defining it
+_MODULES = {
+    "Catalog": "spark_client.catalog",
+    "Conflict": "spark_client.errors",
+    "ConsistentArrow": "spark_client.arrow",
+    "ConsistentTables": "spark_client.reading",
+    "CycleError": "spark_client.errors",
+    "DeltaCatalog": "spark_client.catalog",
+    "EtlJob": "spark_client.job",
+    "IcebergCatalog": "spark_client.catalog",
+    "Inputs": "spark_client.inputs",
+    "InvalidRequest": "spark_client.errors",
+    "InvalidTransformResult": "spark_client.errors",
+    "MetaServiceClient": "spark_client._http",
+    "MetaServiceError": "spark_client.errors",
+    "NoConsistentVersion": "spark_client.errors",
+    "NotAppendOnly": "spark_client.catalog",
+    "NotFound": "spark_client.errors",
+    "NotFreshEnough": "spark_client.errors",
+    "NotInFlight": "spark_client.errors",
+    "OutcomeUnknown": "spark_client.errors",
+    "PaimonCatalog": "spark_client.catalog",
+    "PermanentFailure": "spark_client.job",
+    "RetryPolicy": "spark_client._retry",
+    "RoutingCatalog": "spark_client.catalog",
+    "RunResult": "spark_client.job",
+    "SchemaMismatch": "spark_client.catalog",
+    "SnapshotConflict": "spark_client.errors",
+    "TableHasWriter": "spark_client.errors",
+    "Unavailable": "spark_client.errors",
+    "UnexpectedSinkCommit": "spark_client.errors",
+    "UnsafeWriteMode": "spark_client.errors",
+    "apply_rollback": "spark_client.rollback",
+    "consistent_arrow": "spark_client.arrow",
+    "consistent_tables": "spark_client.reading",
+}
+
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module = _MODULES.get(name)
     if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
+        raise AttributeError(f"module 'spark_client' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_LAZY])
+    return sorted({*globals(), *_MODULES})
 
 
 __all__ = [

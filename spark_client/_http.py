@@ -8,7 +8,6 @@ import functools
 import importlib.metadata
 import logging
 import os
-import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -147,11 +146,12 @@ def _problem(response: httpx.Response) -> dict[str, Any]:
 class MetaServiceClient:
     """Typed access to the MetaService HTTP API.
 
-    Retries. Transient failures are retried with exponential backoff and full jitter, within the attempts and
-    the total deadline of the `RetryPolicy`. Transient means a connection error (connect, read or write
-    failure or timeout, pool timeout, connection dropped) or an answer 429, 502, 503 or 504; a `Retry-After`
-    header is honoured, capped by the policy. Other 4xx answers are never retried, nor is 500 (a server bug:
-    `ServerError`). When retries run out, `Unavailable` is raised.
+    Retries. Transient failures are retried with exponential backoff and full jitter, within the total time
+    budget of the `RetryPolicy` (two minutes by default, long enough to ride out a rolling restart of the
+    server). Transient means a connection error (connect, read or write failure or timeout, pool timeout,
+    connection dropped) or an answer 429, 502, 503 or 504; a `Retry-After` header is honoured, capped by the
+    policy. Other 4xx answers are never retried, nor is 500 (a server bug: `ServerError`). When the budget runs
+    out, `Unavailable` is raised, saying how many attempts were made over how long.
 
     Idempotency. Every protocol call (register, unregister, next, commit, abort, report_snapshot, version(s),
     reads, renew/release lease, complete rollback) is idempotent by protocol: repeating it after a lost answer
@@ -169,7 +169,7 @@ class MetaServiceClient:
         base_url: the server, e.g. "http://127.0.0.1:8080" (a path prefix is kept); the scheme is required.
         token: bearer token; defaults to the environment variable `METASERVICE_TOKEN`. No token: no
             Authorization header.
-        retry: the retry policy (default: 8 attempts within 60 s, backoff 0.1 s doubling up to 5 s).
+        retry: the retry policy (default: retries for up to 120 s, backoff 0.1 s doubling up to 5 s).
         timeout: seconds allowed for each request (connecting: at most 5 s of it).
         transport: an httpx transport to use instead of the network (proxies, tests).
 
@@ -216,7 +216,7 @@ class MetaServiceClient:
         """The retry policy in force.
 
         Example:
-            assert client.retry.attempts == 8
+            assert client.retry.deadline == 120
         """
         return self._retry
 
@@ -284,6 +284,54 @@ class MetaServiceClient:
             client.register_sink("enrich", "lake.mart.orders_enriched", format="delta")
         """
         return self._register("sink", job_id, table, format=format, location=location)
+
+    def register_job(
+        self,
+        job_id: str,
+        *,
+        sources: Sequence[str],
+        sinks: Sequence[str],
+        new_roots: Sequence[str] = (),
+        formats: Mapping[str, str] | None = None,
+        locations: Mapping[str, str] | None = None,
+    ) -> list[Registration]:
+        """Register every source and sink of a job in one request: all edges, or none. Idempotent.
+
+        Args:
+            job_id: the job.
+            sources: tables the job reads. Each must be known to MetaService (a job's sink, a reported root, a
+                table registered before) unless `new_roots` lists it.
+            sinks: tables the job writes; at least one.
+            new_roots: sources MetaService may not know yet: roots an outside writer created or will create.
+            formats: table → storage format, for the tables whose format is known.
+            locations: table → where it lives, for the tables whose location is known.
+
+        Returns:
+            One edge per table, sources first; `created` is False for those already registered.
+
+        Raises:
+            Conflict: a source MetaService does not know (`code` "unknown_source", `tables` names them) or a
+                retired table ("table_retired"); nothing was registered.
+            TableHasWriter: another job writes a sink; nothing was registered.
+            CycleError: the edges would close a loop; nothing was registered.
+
+        Example:
+            client.register_job("enrich", sources=["lake.raw.orders"], sinks=["lake.mart.orders_enriched"])
+        """
+        formats, locations = formats or {}, locations or {}
+
+        def declare(table: str) -> dict[str, str]:
+            extra = {"format": formats.get(table), "location": locations.get(table)}
+            return {"table": table, **{k: v for k, v in extra.items() if v}}
+
+        body = {
+            "sources": [declare(t) for t in sources],
+            "sinks": [declare(t) for t in sinks],
+            "new_roots": list(new_roots),
+        }
+        response = self._request("POST", f"/register/{_segment(job_id)}", json=body)
+        data = self._decode_object(response)
+        return [Registration.from_json(e, created=bool(e.get("created"))) for e in data.get("edges", [])]
 
     def unregister(self, job_id: str) -> None:
         """Retire a job: drop its edges and writer claims; its barrier history stays.
@@ -392,6 +440,30 @@ class MetaServiceClient:
         body = {"root_snapshots": dict(root_snapshots or {})}
         headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
         return IssuedBarrier.from_json(self._object("POST", "/barriers", json=body, headers=headers))
+
+    def set_root_group(self, group: str, tables: Sequence[str]) -> list[str]:
+        """Declare the roots one ingestion writes together: barriers seal all of them or none (admin). Idempotent.
+
+        A job's `next` report of one of them records nothing (it may see one appended and not the others); the
+        ingestion appends to every root of the group, then reports them together with `issue_barrier`.
+
+        Args:
+            group: the group's name (a job id's characters).
+            tables: the roots; the group holds exactly these afterwards.
+
+        Returns:
+            The group's tables, sorted.
+
+        Raises:
+            Conflict: `code` "root_group_conflict": a table a job writes, or one in another group.
+
+        Example:
+            client.set_root_group("ingest", ["lake.raw.events", "lake.raw.users"])
+            ...  # append to both tables, then:
+            client.issue_barrier({"lake.raw.events": 23, "lake.raw.users": 23})
+        """
+        data = self._object("PUT", f"/root-groups/{_segment(group)}", json={"tables": list(tables)})
+        return [str(t) for t in data["tables"]]
 
     def report_snapshot(self, table: str, snapshot_id: int, *, committed_at: datetime | None = None) -> None:
         """Report a new snapshot of a root table, written outside MetaService; the next barrier seals it.
@@ -669,27 +741,28 @@ class MetaServiceClient:
         return self._decode_object(self._request(method, path, idempotent=idempotent, **kwargs))
 
     def _request(self, method: str, path: str, *, idempotent: bool = True, **kwargs: Any) -> httpx.Response:
-        started = time.monotonic()
+        clock = self._retry.clock
+        started = clock()
 
         def log_retry(state: RetryCallState) -> None:
             exc = state.outcome.exception() if state.outcome is not None else None
             if state.attempt_number == 1:  # one warning per call; the following attempts only at debug level
                 logger.warning(
-                    "%s %s%s failed (%s); retrying up to %d attempts within %.0fs",
+                    "%s %s%s failed (%s); retrying %s",
                     method,
                     self.base_url,
                     path,
                     exc,
-                    self._retry.attempts,
-                    self._retry.deadline,
+                    self._retry.describe(),
                 )
             else:
                 logger.debug(
-                    "%s %s failed on attempt %d of %d (%s); retrying in %.2fs",
+                    "%s %s failed on attempt %d after %.1fs of a %gs budget (%s); retrying in %.2fs",
                     method,
                     path,
                     state.attempt_number,
-                    self._retry.attempts,
+                    clock() - started,
+                    self._retry.deadline,
                     exc,
                     state.upcoming_sleep,
                 )
@@ -698,8 +771,15 @@ class MetaServiceClient:
             exc = state.outcome.exception() if state.outcome is not None else None
             if exc is None:
                 raise AssertionError("retries stop only after a failed attempt")
-            elapsed = time.monotonic() - started
-            exc.add_note(f"gave up after {state.attempt_number} attempt(s) in {elapsed:.1f}s")
+            elapsed = clock() - started
+            spent = f"gave up after {state.attempt_number} attempt(s) in {elapsed:.1f}s"
+            if isinstance(exc, MetaServiceError) and state.attempt_number > 1:
+                exc.detail = (
+                    f"{exc.detail}; {spent}, the retry budget being {self._retry.describe()} "
+                    "(RetryPolicy(deadline=...) sets it)"
+                )
+                exc.args = (exc.detail,)
+            exc.add_note(spent)
             raise exc
 
         retrying = self._retry.retrying(

@@ -1,4 +1,5 @@
-"""RetryPolicy: jittered exponential backoff, bounded in attempts and in total time, honouring Retry-After."""
+"""RetryPolicy: jittered exponential backoff within a budget of total time (and optionally of attempts), honouring
+Retry-After."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenacity import RetryCallState, Retrying, stop_after_attempt, stop_before_delay
+from tenacity import RetryCallState, Retrying
 from tenacity.wait import wait_exponential, wait_random_exponential
 
 from spark_client.errors import Unavailable
@@ -20,30 +21,37 @@ class RetryPolicy:
     The n-th wait is drawn uniformly from `[0, min(max_backoff, initial_backoff * 2**(n-1))]` ("full
     jitter"); without `jitter` it is that upper bound. When the server sends `Retry-After`, that many seconds
     are waited instead, capped at `max_backoff`. No attempt starts after `deadline` seconds: a wait that would
-    end past it is not taken, and the last error is raised.
+    end past it is not taken, and the last error is raised, saying how many attempts were made over how long.
+
+    The budget is time, not a number of tries: by default a call keeps retrying for two minutes, long enough to
+    ride out a rolling restart or a failover of the server (a request in flight when the budget ends may still
+    take up to the client's `timeout`).
 
     Attributes:
-        attempts: tries per call, the first included (1 disables retries).
-        deadline: seconds, from the first try, within which every retry must start.
+        attempts: at most this many tries per call, the first included (1 disables retries); None (default):
+            as many as fit in `deadline`.
+        deadline: the retry budget: seconds, from the first try, within which every retry must start.
         initial_backoff: scale of the first wait, in seconds.
         max_backoff: cap of any single wait, the server's Retry-After included.
         jitter: draw waits at random below the exponential bound (spreads retrying clients apart).
         sleep: how to wait; tests pass a recorder instead of sleeping.
+        clock: seconds on a monotonic clock, which measures the budget; tests pass one their `sleep` advances.
 
     Example:
-        patient = RetryPolicy(attempts=20, deadline=300, max_backoff=30)
+        patient = RetryPolicy(deadline=600, max_backoff=30)   # ten minutes
         client = MetaServiceClient("http://127.0.0.1:8080", retry=patient)
     """
 
-    attempts: int = 8
-    deadline: float = 60.0
+    attempts: int | None = None
+    deadline: float = 120.0
     initial_backoff: float = 0.1
     max_backoff: float = 5.0
     jitter: bool = True
     sleep: Callable[[float], None] = field(default=time.sleep, repr=False, compare=False)
+    clock: Callable[[], float] = field(default=time.monotonic, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.attempts < 1:
+        if self.attempts is not None and self.attempts < 1:
             raise ValueError(f"attempts must be at least 1, got {self.attempts}")
         if self.deadline <= 0:
             raise ValueError(f"deadline must be positive, got {self.deadline}")
@@ -51,6 +59,15 @@ class RetryPolicy:
             raise ValueError(
                 f"need 0 <= initial_backoff <= max_backoff, got {self.initial_backoff} and {self.max_backoff}"
             )
+
+    def describe(self) -> str:
+        """The budget in words, as the client's warnings and errors state it.
+
+        Example:
+            RetryPolicy().describe()   # "for up to 120s"
+        """
+        within = f"for up to {self.deadline:g}s"
+        return within if self.attempts is None else f"up to {self.attempts} attempts {within}"
 
     def wait(self, state: RetryCallState) -> float:
         """Seconds to wait before the next try: the server's Retry-After when it sent one, else the backoff.
@@ -89,8 +106,16 @@ class RetryPolicy:
                 with attempt:
                     send()
         """
+        started = self.clock()
+
+        def stop(state: RetryCallState) -> bool:
+            """The attempts are used up, or the wait ahead would end past the budget (`deadline`)."""
+            if self.attempts is not None and state.attempt_number >= self.attempts:
+                return True
+            return self.clock() - started + (state.upcoming_sleep or 0.0) >= self.deadline
+
         return Retrying(
-            stop=stop_after_attempt(self.attempts) | stop_before_delay(self.deadline),
+            stop=stop,
             wait=self.wait,
             retry=retry,
             sleep=self.sleep,

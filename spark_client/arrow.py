@@ -40,29 +40,16 @@ class ConsistentArrow(Mapping[str, "pads.Dataset"]):
 
 
 def arrow_dataset(catalog: Catalog, table: str, snapshot_id: int) -> pads.Dataset:
-    """`table` at `snapshot_id` as a pyarrow Dataset, opened by its format's reader.
+    """`table` at `snapshot_id` as a pyarrow Dataset, opened by its format's reader (`Catalog.arrow_dataset`).
 
-    Delta: deltalake's `DeltaTable(version=…).to_pyarrow_dataset()`. Iceberg and Paimon: the catalog's
-    `arrow_dataset` (lazy over the snapshot's parquet files; their own readers for tables with deletes).
-
-    Raises:
-        TypeError: the catalog has no Arrow reader.
+    Delta: deltalake's `DeltaTable(version=…).to_pyarrow_dataset()`. Iceberg and Paimon: lazy over the
+    snapshot's parquet files; their own readers for tables with deletes.
 
     Example:
         ds = arrow_dataset(catalog, "lake.raw.orders", 12)
         ds.to_table(filter=pyarrow.dataset.field("qty") > 3)
     """
-    from spark_client.catalog.delta import DeltaCatalog
-
-    if isinstance(catalog, DeltaCatalog):
-        from deltalake import DeltaTable
-
-        return DeltaTable(catalog.location(table), version=snapshot_id).to_pyarrow_dataset()
-    reader = getattr(catalog, "arrow_dataset", None)
-    if reader is None:
-        raise TypeError(f"{catalog!r} has no Arrow reader (an arrow_dataset(table, snapshot_id) method)")
-    dataset: pads.Dataset = reader(table, snapshot_id)
-    return dataset
+    return catalog.arrow_dataset(table, snapshot_id)
 
 
 @contextmanager

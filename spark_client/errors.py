@@ -17,7 +17,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -358,6 +358,46 @@ class PermanentFailure(Exception):
     """
 
 
+class DuplicateMergeKeys(PermanentFailure):
+    """A `Merge` whose data holds a key more than once: which row should win is the job's decision, so the job
+    gives the barrier up (a permanent failure: aborted, sinks restored, raised) instead of retrying it as is.
+
+    The barrier's input stays unprocessed: the job's next barrier reads it again, so once the transform
+    decides, nothing is lost.
+
+    Attributes:
+        job_id: the job.
+        table: the sink written with `Merge`.
+        barrier: the barrier given up.
+        keys: the Merge key columns.
+        sample: up to five duplicate keys, each `{column: value, ..., "rows": how many rows hold it}`.
+
+    Example:
+        try:
+            job.run_once(transform, mode={"lake.mart.state": Merge(keys=("id",))})
+        except DuplicateMergeKeys as exc:
+            print(exc.table, exc.sample)
+    """
+
+    def __init__(
+        self, *, job_id: str, table: str, barrier: int, keys: Sequence[str], sample: Sequence[Mapping[str, Any]]
+    ) -> None:
+        self.job_id, self.table, self.barrier = job_id, table, barrier
+        self.keys, self.sample = tuple(keys), [dict(s) for s in sample]
+        shown = "; ".join(
+            ", ".join(f"{k}={v!r}" for k, v in s.items() if k != "rows") + f" ({s['rows']} rows)" for s in self.sample
+        )
+        columns = ", ".join(repr(k) for k in self.keys)
+        super().__init__(
+            f"job {job_id!r}, barrier {barrier}: the data for sink {table!r}, written with Merge(keys=({columns},)), "
+            f"holds a key more than once, e.g. {shown}. Which row wins is the job's choice: keep one row per key "
+            "in the transform (e.g. the newest, with a window over the keys ordered by a time column, or "
+            f"df.dropDuplicates([{columns}]) when the rows are equal), or write the sink with Append if every row "
+            "is wanted, or widen the keys if they do not identify a row. The barrier was aborted and nothing it "
+            "wrote stays; its input is read again at the job's next barrier"
+        )
+
+
 class InvalidTransformResult(TypeError):
     """The transform returned something other than one DataFrame per declared sink; nothing was written.
 
@@ -459,6 +499,7 @@ __all__ = [
     "AlreadyCommitted",
     "Conflict",
     "CycleError",
+    "DuplicateMergeKeys",
     "Forbidden",
     "InvalidRequest",
     "InvalidTransformResult",

@@ -2,27 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
+from urllib.parse import quote
 
 from spark_client import _failpoints
 from spark_client._http import MetaServiceClient, StartAt, check_start
 from spark_client.catalog.base import Catalog, CommitRecord
 from spark_client.errors import (
     AlreadyCommitted,
+    DuplicateMergeKeys,
     InvalidTransformResult,
+    MetaServiceError,
     NotInFlight,
+    NotRoot,
     PermanentFailure,
     UnexpectedSinkCommit,
     UnsafeWriteMode,
 )
 from spark_client.inputs import Inputs
 from spark_client.models import BarrierDecision
-from spark_client.modes import ModeSpec, Overwrite, WriteMode, resolve
+from spark_client.modes import Merge, ModeSpec, Overwrite, WriteMode, resolve
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -32,6 +37,16 @@ logger = logging.getLogger("spark_client.job")
 Transform = Callable[[Inputs], Mapping[str, "DataFrame"]]
 _JOB_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}")
 UNDO_KEY = "metaservice.undoes_barrier"  # metadata of a restore that undoes an aborted attempt
+DUPLICATE_SAMPLE = 5  # duplicate Merge keys named in the error
+
+
+class _AbortedMeanwhile(Exception):
+    """The server no longer holds the barrier in flight for the job (an abort: a lineage change, an admin)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
 
 __all__ = [
     "EtlJob",
@@ -170,9 +185,13 @@ class EtlJob:
             earlier data is not processed), "earliest" (the first barrier at which every input holds data: a
             backfill) or a barrier value (the first barrier at or after it). Ignored once the job has
             settled a barrier.
+        future_roots: sources that may not exist yet, neither in storage nor in MetaService: roots an outside
+            writer will create. `register` refuses any other source that MetaService does not know and storage
+            does not hold (a misspelt name would become a root that never gets data).
 
     Raises:
-        ValueError: a malformed job id or table name, a table both read and written, no sinks.
+        ValueError: a malformed job id or table name, a table both read and written, no sinks, a future root
+            that is not a source.
 
     Example:
         job = EtlJob(spark, client, catalog, job_id="enrich",
@@ -192,6 +211,7 @@ class EtlJob:
         sources: Sequence[str],
         sinks: Sequence[str],
         start: StartAt = "newest",
+        future_roots: Sequence[str] = (),
     ) -> None:
         if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
             raise ValueError(f"job ids match {_JOB_ID.pattern}, got {job_id!r}")
@@ -214,25 +234,40 @@ class EtlJob:
         self.spark, self.client, self.catalog = spark, client, catalog
         self.job_id, self.sources, self.sinks = job_id, list(sources), list(sinks)
         self.start: StartAt = check_start(start)
+        stray = sorted(set(future_roots) - set(sources))
+        if stray or isinstance(future_roots, str):
+            raise ValueError(f"job {job_id!r}: future_roots must be a list of its sources, got {future_roots!r}")
+        self.future_roots = list(future_roots)
         self._roots: list[str] | None = None
 
     def __repr__(self) -> str:
         return f"EtlJob({self.job_id!r}, sources={self.sources}, sinks={self.sinks})"
 
     def register(self) -> None:
-        """Register every source and sink (idempotent: safe on every start).
+        """Register every source and sink in one request: all of them or none (idempotent: safe on every start).
+
+        A source that storage holds, or that `future_roots` lists, may be new to MetaService; any other must be
+        known to it (a job's sink, a reported root), else nothing is registered.
+
+        Raises:
+            Conflict: `code` "unknown_source" (`tables` names them) or "table_retired"; nothing was registered.
+            TableHasWriter: another job writes a sink; nothing was registered.
 
         Example:
             job.register()
         """
-        for table in self.sources:
-            self.client.register_source(
-                self.job_id, table, format=self._format_of(table), location=self.catalog.location(table)
-            )
-        for table in self.sinks:
-            self.client.register_sink(
-                self.job_id, table, format=self._format_of(table), location=self.catalog.location(table)
-            )
+        tables = [*self.sources, *self.sinks]
+        in_storage = [
+            t for t in self.sources if t not in self.future_roots and self.catalog.latest_snapshot(t) is not None
+        ]
+        self.client.register_job(
+            self.job_id,
+            sources=self.sources,
+            sinks=self.sinks,
+            new_roots=[*self.future_roots, *in_storage],
+            formats={t: self._format_of(t) for t in tables},
+            locations={t: self.catalog.location(t) for t in tables},
+        )
         self._roots = None
 
     def _format_of(self, table: str) -> str:
@@ -320,7 +355,7 @@ class EtlJob:
         if issue:
             issued = self.client.issue_barrier()
             logger.info("job %s (ingestion): issued barrier %d", self.job_id, issued.barrier)
-        decision = self.client.next_barrier(self.job_id, self._root_snapshots(), start=self.start)
+        decision = self._next()
         if decision.action != "process" or decision.barrier is None:
             logger.info("job %s: %s (barrier %s)", self.job_id, decision.action, decision.barrier)
             return RunResult(decision.action, decision.barrier, skipped=tuple(decision.skipped))
@@ -329,20 +364,21 @@ class EtlJob:
         written: dict[str, int] = {}
         undone: list[str] = []
         try:
-            reused = self._write_sinks(transform, decision, modes, written=written, undone=undone)
-        except (PermanentFailure, *abort_on) as exc:  # type: ignore[misc]
-            self._give_up(decision, written, reason=f"{type(exc).__name__}: {exc}"[:2000])
-            raise
-        _failpoints.hit("before_metaservice_commit")
-        try:
+            try:
+                reused = self._write_sinks(transform, decision, modes, written=written, undone=undone)
+            except (PermanentFailure, *abort_on) as exc:  # type: ignore[misc]
+                self._give_up(decision, written, reason=f"{type(exc).__name__}: {exc}"[:2000])
+                raise
+            _failpoints.hit("before_metaservice_commit")
             self.client.commit_barrier(self.job_id, barrier, written)
-        except NotInFlight as exc:
+        except (NotInFlight, _AbortedMeanwhile) as exc:
+            reason = exc.detail if isinstance(exc, NotInFlight) else exc.reason
             restored = self._undo(decision, written)
             logger.warning(
                 "job %s: barrier %d was aborted by the server while the job worked on it (%s); restored %s",
                 self.job_id,
                 barrier,
-                exc.detail,
+                reason,
                 restored,
             )
             return RunResult(
@@ -351,13 +387,25 @@ class EtlJob:
                 skipped=tuple(decision.skipped),
                 seconds=time.monotonic() - started,
                 undone=tuple(restored),
-                reason=exc.detail,
+                reason=reason,
             )
         elapsed = time.monotonic() - started
         logger.info("job %s: committed barrier %d → %s in %.2fs", self.job_id, barrier, written, elapsed)
         return RunResult(
             "process", barrier, dict(written), tuple(decision.skipped), tuple(reused), elapsed, tuple(undone)
         )
+
+    def _next(self) -> BarrierDecision:
+        """`next` with the root sources' snapshots. The roots are asked of the server on every run, so the job
+        follows lineage changes (a source whose writer job was retired becomes a root, one whose writer comes
+        back stops being one); a `NotRoot` answer (the lineage changed in between) is asked again once."""
+        self._roots = None
+        try:
+            return self.client.next_barrier(self.job_id, self._root_snapshots(), start=self.start)
+        except NotRoot as exc:
+            logger.info("job %s: %s; asking the server for its roots again", self.job_id, exc.detail)
+            self._roots = None
+            return self.client.next_barrier(self.job_id, self._root_snapshots(), start=self.start)
 
     def _root_snapshots(self) -> dict[str, int]:
         """The latest storage snapshot of each root source, for the server to seal in a new barrier."""
@@ -405,10 +453,43 @@ class EtlJob:
                     "with inputs[name]; nothing was written"
                 )
         for sink in pending:
+            mode = modes[sink]
+            if isinstance(mode, Merge):
+                self._check_unique_keys(frames[sink], sink, mode, barrier)
+            self._check_in_flight(barrier, before=sink)  # work the server gave up is not done
             written[sink] = self.catalog.write(
-                self.spark, frames[sink], sink, mode=modes[sink], app_id=self.job_id, barrier=barrier
+                self.spark, frames[sink], sink, mode=mode, app_id=self.job_id, barrier=barrier
             )
         return reused
+
+    def _check_in_flight(self, barrier: int, *, before: str) -> None:
+        """Raise `_AbortedMeanwhile` when the server no longer holds `barrier` in flight for the job."""
+        in_flight = self.client.get_job(self.job_id).get("in_flight_barrier")
+        if in_flight == barrier:
+            return
+        why = ""
+        with contextlib.suppress(MetaServiceError):
+            runs = self.client._object("GET", f"/jobs/{quote(self.job_id, safe='')}/barriers", params={"limit": 20})
+            for run in runs.get("runs", []):
+                if run.get("barrier") == barrier and run.get("status") == "aborted" and run.get("reason"):
+                    why = f": {run['reason']}"
+        raise _AbortedMeanwhile(f"barrier {barrier} was aborted on the server before sink {before!r} was written{why}")
+
+    def _check_unique_keys(self, frame: DataFrame, sink: str, mode: Merge, barrier: int) -> None:
+        """A Merge needs each key once in the data: raise `DuplicateMergeKeys` (a permanent failure) otherwise."""
+        from pyspark.sql import functions as F
+
+        keys = list(mode.keys)
+        rows = (
+            frame.groupBy(*[F.col(f"`{k}`") for k in keys])
+            .count()
+            .filter(F.col("count") > 1)
+            .limit(DUPLICATE_SAMPLE)
+            .collect()
+        )
+        if rows:
+            sample = [{k: row[k] for k in keys} | {"rows": row["count"]} for row in rows]
+            raise DuplicateMergeKeys(job_id=self.job_id, table=sink, barrier=barrier, keys=keys, sample=sample)
 
     def _prepare_sink(self, decision: BarrierDecision, sink: str, undone: list[str]) -> int | None:
         """Make `sink` agree with its baseline (rule 11); the snapshot to reuse, or None to write."""

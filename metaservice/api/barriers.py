@@ -15,6 +15,7 @@ from metaservice.api.deps import (
     DatabasePath,
     JobIdPath,
     Limit,
+    RuntimeDep,
     SettingsDep,
     TablePath,
     table_name,
@@ -43,14 +44,14 @@ router = APIRouter(tags=["barriers"])
 @router.post("/jobs/{job_id}/barriers/next", responses=problems(404, 409))
 async def next_barrier(
     job_id: JobIdPath,
-    db: DatabaseDep,
+    rt: RuntimeDep,
     settings: SettingsDep,
     principal: PrincipalDep,
     body: Annotated[NextBarrierRequest | None, Body()] = None,
 ) -> BarrierDecision:
     """Tell a job which barrier to process now, or that it must wait or is idle. Retried calls get the same answer."""
     return await barrier_service.next_barrier(
-        db,
+        rt,
         job_id=job_id,
         root_snapshots=body.root_snapshots if body else {},
         min_interval=settings.min_barrier_interval,
@@ -60,20 +61,20 @@ async def next_barrier(
 
 
 @router.post("/jobs/{job_id}/barriers/{barrier}/commit", responses=problems(404, 409))
-async def commit_barrier(job_id: JobIdPath, barrier: BarrierPath, body: CommitRequest, db: DatabaseDep) -> CommitResult:
+async def commit_barrier(job_id: JobIdPath, barrier: BarrierPath, body: CommitRequest, rt: RuntimeDep) -> CommitResult:
     """Record the job's sink snapshots for the barrier; the same commit again is a no-op."""
-    return await barrier_service.commit_barrier(db, job_id=job_id, barrier=barrier, snapshots=body.snapshots)
+    return await barrier_service.commit_barrier(rt, job_id=job_id, barrier=barrier, snapshots=body.snapshots)
 
 
 @router.post("/jobs/{job_id}/barriers/{barrier}/abort", responses=problems(404, 409))
 async def abort_barrier(
     job_id: JobIdPath,
     barrier: BarrierPath,
-    db: DatabaseDep,
+    rt: RuntimeDep,
     body: Annotated[AbortRequest | None, Body()] = None,
 ) -> AbortResult:
     """Give up the barrier: it never completes in the job's sinks and downstream jobs skip it."""
-    return await barrier_service.abort_barrier(db, job_id=job_id, barrier=barrier, reason=body.reason if body else None)
+    return await barrier_service.abort_barrier(rt, job_id=job_id, barrier=barrier, reason=body.reason if body else None)
 
 
 IdempotencyKey = Annotated[
@@ -91,7 +92,7 @@ IdempotencyKey = Annotated[
 
 @router.post("/barriers", status_code=status.HTTP_201_CREATED, responses=problems(404, 409))
 async def issue_barrier(
-    db: DatabaseDep,
+    rt: RuntimeDep,
     body: Annotated[IssueBarrierRequest | None, Body()] = None,
     idempotency_key: IdempotencyKey = None,
 ) -> IssuedBarrier:
@@ -99,7 +100,7 @@ async def issue_barrier(
 
     Not idempotent unless an `Idempotency-Key` is sent: then a repeat returns the same answer."""
     return await barrier_service.issue_barrier(
-        db, root_snapshots=body.root_snapshots if body else {}, request_key=idempotency_key
+        rt, root_snapshots=body.root_snapshots if body else {}, request_key=idempotency_key
     )
 
 
@@ -121,11 +122,11 @@ async def report_snapshot(
     database: DatabasePath,
     table: TablePath,
     body: SnapshotReportRequest,
-    db: DatabaseDep,
+    rt: RuntimeDep,
 ) -> SnapshotReport:
     """An external writer reports a new snapshot of a root table; the next barrier seals it."""
     name = table_name(catalog, database, table)
     latest = await barrier_service.report_snapshot(
-        db, table=name, snapshot_id=body.snapshot_id, committed_at=body.committed_at
+        rt, table=name, snapshot_id=body.snapshot_id, committed_at=body.committed_at
     )
     return SnapshotReport(table=name, latest_snapshot_id=latest)

@@ -8,16 +8,24 @@ from fastapi import Depends, Path, Query, Request
 from pydantic import BeforeValidator
 
 from metaservice.db.database import Database
+from metaservice.runtime import Runtime
 from metaservice.schemas import JOB_PATTERN, NAME_PART_PATTERN
 from metaservice.settings import Settings
 
 
 async def get_database(request: Request) -> Database:
-    """The process's database (pool and allocator), opened in the lifespan. Services draw their own transaction
+    """The process's database (the connection pool), opened in the lifespan. Services draw their own transaction
     boundaries; nothing is committed after the route returns. (Every dependency is `async def`: FastAPI runs a
     plain `def` one in the thread pool, a thread hop that cost ~0.1 ms of CPU per request.)"""
     database: Database = request.state.database
     return database
+
+
+async def get_runtime(request: Request) -> Runtime:
+    """The process's protocol machinery (allocator, coalesced gathers and writes, freshness listener), built over
+    the database in the lifespan: what the barrier protocol, consistent reads and delays run on."""
+    runtime: Runtime = request.state.runtime
+    return runtime
 
 
 async def get_settings(request: Request) -> Settings:
@@ -26,6 +34,7 @@ async def get_settings(request: Request) -> Settings:
 
 
 DatabaseDep = Annotated[Database, Depends(get_database)]
+RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 
 JobIdPath = Annotated[str, Path(pattern=JOB_PATTERN, max_length=200, description="ETL job id")]

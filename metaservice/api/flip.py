@@ -7,11 +7,13 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Body, Path, Query, Response, status
 
 from metaservice.api.auth import PrincipalDep
-from metaservice.api.deps import CatalogPath, DatabaseDep, DatabasePath, JobIdPath, TablePath, table_name
+from metaservice.api.deps import CatalogPath, DatabaseDep, DatabasePath, JobIdPath, RuntimeDep, TablePath, table_name
 from metaservice.api.responses import problems
 from metaservice.schemas import (
     EdgeRemoval,
     FreshnessQuery,
+    JobRegistration,
+    RegisterJobRequest,
     RegisterRequest,
     Registration,
     TableVersion,
@@ -93,6 +95,22 @@ async def register_sink(
     return await _register("sink", job_id, table_name(catalog, database, table), body, db, response, principal)
 
 
+@router.post(
+    "/register/{job_id}",
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"model": JobRegistration, "description": "Every edge already registered"}, **problems(409)},
+)
+async def register_job(
+    job_id: JobIdPath, body: RegisterJobRequest, db: DatabaseDep, response: Response, principal: PrincipalDep
+) -> JobRegistration:
+    """Register a job's sources and sinks in one transaction: all of them or, on any 4xx, none (201 when an edge
+    was new, 200 when all were there; 409 `unknown_source` for a source MetaService does not know and that
+    `new_roots` does not declare, and the 409s of the per-edge endpoints)."""
+    result = await registry.register_job(db, job_id=job_id, request=body, principal=principal)
+    response.status_code = status.HTTP_201_CREATED if result.created else status.HTTP_200_OK
+    return result
+
+
 @router.delete("/register/source/{job_id}/{catalog}/{database}/{table}", responses=problems(404))
 async def remove_source(
     job_id: JobIdPath, catalog: CatalogPath, database: DatabasePath, table: TablePath, db: DatabaseDep
@@ -118,13 +136,13 @@ async def table_version(
     catalog: CatalogPath,
     database: DatabasePath,
     table: TablePath,
-    db: DatabaseDep,
+    rt: RuntimeDep,
     bound: Annotated[FreshnessQuery, Query()],
 ) -> TableVersion:
     """The snapshot of one table to read now (404 `no_consistent_version` before its first completion); with
     `min_barrier` or `max_staleness_seconds`, one meeting the bound (waiting up to `wait_seconds`; else 409)."""
     name = table_name(catalog, database, table)
-    result = await versions.consistent_versions(db, tables=[name], consistency=consistency_type, bound=bound)
+    result = await versions.consistent_versions(rt, tables=[name], consistency=consistency_type, bound=bound)
     return TableVersion(
         table=name, consistency=consistency_type, barrier=result.barrier, snapshot_id=result.versions[name]
     )

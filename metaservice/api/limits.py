@@ -92,7 +92,7 @@ class RequestBodies:
 async def _send_problem(
     scope: Scope, send: Send, *, status: int, code: str, title: str, detail: str, **extra: Any
 ) -> None:
-    """The same RFC 9457 document `metaservice.errors.problem` renders, for answers given before routing."""
+    """The same RFC 9457 document `metaservice.api.problems.problem` renders, for answers given before routing."""
     body = json.dumps(
         {
             "type": f"/problems/{code}",

@@ -13,6 +13,7 @@ from metaservice.api.deps import (
     CatalogPath,
     DatabaseDep,
     DatabasePath,
+    RuntimeDep,
     TablePath,
     plain_digits,
     table_name,
@@ -152,7 +153,7 @@ async def get_table_delay(
     catalog: CatalogPath,
     database: DatabasePath,
     table: TablePath,
-    db: DatabaseDep,
+    rt: RuntimeDep,
     barrier: BarrierQuery = None,
 ) -> TableDelay:
     """End-to-end delay of a table and the critical path of its newest complete barrier, with the bottleneck job.
@@ -164,13 +165,13 @@ async def get_table_delay(
     null and an empty path. With `barrier=B`: 404 `not_found` if B was never issued, 404 `no_consistent_version`
     if the table did not complete B.
     """
-    return await delays.table_delay(db, table=table_name(catalog, database, table), barrier=barrier)
+    return await delays.table_delay(rt, table=table_name(catalog, database, table), barrier=barrier)
 
 
 @router.get("/delays", responses=problems())
-async def list_delays(db: DatabaseDep) -> DelayList:
+async def list_delays(rt: RuntimeDep) -> DelayList:
     """Every table's delay with its bottleneck job, worst first; tables that completed nothing come first."""
-    return await delays.all_delays(db)
+    return await delays.all_delays(rt)
 
 
 @router.get(

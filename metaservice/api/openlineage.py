@@ -9,9 +9,9 @@ from fastapi import APIRouter, Body, Depends, Request, Response, status
 from metaservice.api.auth import PrincipalDep
 from metaservice.api.deps import DatabaseDep, SettingsDep
 from metaservice.api.responses import problems
-from metaservice.services.openlineage import ingest
-from metaservice.services.openlineage.events import IngestedEvent, OpenLineageEvent
-from metaservice.services.openlineage.mapping import DatasetMapping
+from metaservice.openlineage.events import IngestedEvent, OpenLineageEvent
+from metaservice.openlineage.mapping import DatasetMapping
+from metaservice.services import openlineage_ingest as ingest
 
 router = APIRouter(tags=["OpenLineage"])
 

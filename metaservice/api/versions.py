@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter, FastAPI
 
-from metaservice.api.deps import DatabaseDep
+from metaservice.api.deps import RuntimeDep
 from metaservice.api.responses import problems
 from metaservice.schemas import ConsistentVersions, VersionsRequest
 from metaservice.services import versions
@@ -15,12 +15,12 @@ router = APIRouter(tags=["versions"])
 
 
 @router.post("/versions", responses=problems(404, 409))
-async def consistent_versions(body: VersionsRequest, db: DatabaseDep) -> ConsistentVersions:
+async def consistent_versions(body: VersionsRequest, rt: RuntimeDep) -> ConsistentVersions:
     """One barrier and one snapshot per table (`weak`: the tables; `strong`: their whole lineage components).
 
     With `min_barrier` or `max_staleness_seconds`, only a version meeting the bound, waiting up to `wait_seconds`
     for one (409 `not_fresh_enough` with the best version's figures when none came)."""
-    return await versions.consistent_versions(db, tables=body.tables, consistency=body.consistency, bound=body.bound())
+    return await versions.consistent_versions(rt, tables=body.tables, consistency=body.consistency, bound=body.bound())
 
 
 def publish_wait_limit(app: FastAPI, limit: float) -> None:

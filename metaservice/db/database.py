@@ -1,4 +1,4 @@
-"""The request path's one way to PostgreSQL: psycopg's own async pool, plus the barrier allocator.
+"""The request path's one way to PostgreSQL: psycopg's own async pool (the protocol's machinery over it: runtime.py).
 
 Measured on this machine, a `SELECT 1` route through `psycopg_pool.AsyncConnectionPool` reaches ~0.4x a no-op
 route, through an SQLAlchemy `AsyncSession` with pre-ping ~0.12x: the session layer was the floor. SQLAlchemy
@@ -30,20 +30,12 @@ Connection = psycopg.AsyncConnection[Any]
 
 
 class Database:
-    """A pool of autocommit connections with the server's timeouts, the transaction deadline, and the allocator.
+    """A pool of autocommit connections with the server's timeouts and the transaction deadline; nothing else.
 
     Built and opened in the app's lifespan (or by the CLI); closed on shutdown.
     """
 
     def __init__(self, settings: Settings, *, application_name: str = "metaservice") -> None:
-        from metaservice.db.allocator import Allocator
-        from metaservice.db.coalescer import Coalescer
-        from metaservice.db.listener import ChangeListener, ChangeNotifier
-        from metaservice.domain.world import Writes
-        from metaservice.repositories import protocol
-        from metaservice.repositories import tokens as token_rows
-        from metaservice.services.commit_hints import CommitHints
-
         self.settings = settings
         self.deadline = settings.transaction_deadline()
         self.conninfo = settings.libpq_url()
@@ -75,23 +67,6 @@ class Database:
             # database is back reconnects, instead of waiting for a backoff that grew during the outage.
             reconnect_timeout=2.0,
         )
-        self.allocator = Allocator(self)
-        # The barrier protocol's gathers and writes, each kind coalesced on its own connection (db/coalescer.py).
-        # Writes skip jobs another transaction holds locked ("locked": the step stores that plan alone, waiting).
-        self.gathers: Coalescer[protocol.GatherRequest, protocol.Gathered] = Coalescer(
-            self, protocol.gather_many, name="metaservice-gathers", writes=False
-        )
-        self.writes: Coalescer[Writes, protocol.Stored] = Coalescer(
-            self, protocol.apply_batch, name="metaservice-writes", writes=True, keys=lambda plan: plan.expect
-        )
-        # With auth on, every request looks its bearer token up: concurrent lookups share a statement too.
-        self.tokens: Coalescer[str, token_rows.TokenRow | None] = Coalescer(
-            self, token_rows.find_active_many, name="metaservice-tokens", writes=False
-        )
-        # Freshness-bounded reads wait on it; re-checks after a wake-up take at most a quarter of the pool.
-        self.listener = ChangeListener(self, max_rechecks=max(1, settings.pool_size // 4))
-        self.notifier = ChangeNotifier(self)
-        self.commit_hints = CommitHints()  # what each `next` that handed out a barrier leaves for its commit
         self._waiting = 0  # requests of this process waiting for a connection right now
         self._away = False  # a wait for a connection timed out while connection attempts failed: unreachable
         self._errors_at_success = 0  # the pool's failed connection attempts when a connection was last obtained
@@ -129,16 +104,11 @@ class Database:
         await self.pool.open(wait=True, timeout=self.settings.connect_timeout + self.settings.pool_timeout)
 
     async def close(self) -> None:
-        await self.listener.close()  # waiters answer before the pool goes
-        await self.notifier.close()
-        await self.allocator.close()
-        await self.gathers.close()
-        await self.writes.close()
-        await self.tokens.close()
+        """Close the pool (close the `Runtime` built over it first: its waiters answer before the pool goes)."""
         await self.pool.close(timeout=5)
 
     async def connect(self) -> Connection:
-        """A dedicated connection outside the pool (the allocator's), with the same options."""
+        """A dedicated connection outside the pool (a coalescer's, the listener's), with the same options."""
         return await psycopg.AsyncConnection.connect(self.conninfo, **self.connect_kwargs)
 
     async def _mark_returned(self, conn: Connection) -> None:

@@ -32,10 +32,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from metaservice.errors import Unavailable
-from metaservice.repositories.versions import CHANNEL, LISTEN, NOTIFY_CALL
 
 if TYPE_CHECKING:
     from metaservice.db.database import Connection, Database
+
+# Freshness-bounded reads wait for a notification on this channel. Writers that can make a newer consistent version
+# exist call NOTIFY_CALL inside their writing statement (repositories/protocol.py): PostgreSQL delivers it on commit,
+# to every listening server process, and folds duplicates of one transaction into one.
+CHANNEL = "metaservice_versions"
+LISTEN = f"LISTEN {CHANNEL}"
+NOTIFY_CALL = f"pg_notify('{CHANNEL}', '')"
 
 logger = logging.getLogger("metaservice.listener")
 

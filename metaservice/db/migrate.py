@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import sys
+from importlib import resources
 from pathlib import Path
 
 from alembic import command
@@ -10,11 +10,9 @@ from alembic.config import Config
 
 
 def _migrations_dir() -> Path:
-    """The repository's `migrations/` (a checkout, an editable install), else the copy a wheel installs under
-    `<prefix>/share/metaservice/migrations` (pyproject.toml, `data-files`)."""
-    checkout = Path(__file__).resolve().parents[2] / "migrations"
-    installed = Path(sys.prefix) / "share" / "metaservice" / "migrations"
-    return checkout if (checkout / "env.py").is_file() else installed
+    """The Alembic scripts: the package `metaservice.migrations`, which is the repository's `migrations/` (setup.py
+    maps it into the server package; an editable install finds it there, a wheel ships it inside the package)."""
+    return Path(str(resources.files("metaservice.migrations")))
 
 
 MIGRATIONS_DIR = _migrations_dir()

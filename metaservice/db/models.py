@@ -94,6 +94,7 @@ class Table(Base):
         CheckConstraint("latest_snapshot_id >= 0", name="snapshot_non_negative"),
         Index("uq_tables_name_folded", text("lower(name)"), unique=True),
         Index("ix_tables_seal_candidate", "id", postgresql_where=text("seal_candidate")),
+        Index("ix_tables_root_group", "root_group", postgresql_where=text("root_group IS NOT NULL")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -108,6 +109,12 @@ class Table(Base):
     latest_snapshot_id: Mapped[int | None] = mapped_column(BigInteger)
     latest_snapshot_at: Mapped[datetime | None]
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    # Set when an admin retired the table (no job used it): out of lists and reads; registrations naming it are
+    # refused until it is revived.
+    retired_at: Mapped[datetime | None]
+    # The root group the table belongs to: roots one ingestion writes together, sealed only together (a job's
+    # report of such a root records nothing; the ingestion reports the group).
+    root_group: Mapped[str | None] = mapped_column(Text)
 
 
 class Job(Base):

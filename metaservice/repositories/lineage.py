@@ -136,7 +136,7 @@ _TABLE_STATES = """
       LEFT JOIN barriers b ON b.barrier = c.barrier
     """
 _TABLE_STATES_OF = _TABLE_STATES + " WHERE t.id = ANY(CAST(%(ids)s AS bigint[]))"
-_ALL_TABLE_STATES = _TABLE_STATES
+_ALL_TABLE_STATES = _TABLE_STATES + " WHERE t.retired_at IS NULL"
 # Lineage graph statements. Their id sets run from a few to tens of thousands, drawn from catalogs of any size:
 # `OFFSET 0` fences make every id one or two index lookups (the planner would otherwise hash whole tables to
 # join a few thousand ids, a cost that grows with the catalog instead of the answer). Ids come as one array, and
@@ -211,7 +211,7 @@ _TABLE_NODES_OF = """
       LEFT JOIN LATERAL (SELECT x.issued_at FROM barriers x WHERE x.barrier = c.barrier OFFSET 0) b ON true
      ORDER BY t.name COLLATE "C"
     """
-_ALL_TABLE_NODES = _TABLE_STATES + ' ORDER BY t.name COLLATE "C"'
+_ALL_TABLE_NODES = _TABLE_STATES + ' WHERE t.retired_at IS NULL ORDER BY t.name COLLATE "C"'
 
 _JOB_EDGES = """
     SELECT e.job_id, e.table_id, e.role
@@ -263,7 +263,11 @@ _TABLE_NODES_AS_OF = """
      ORDER BY t.name COLLATE "C"
     """
 _TABLE_NODES_AS_OF_BY_MODE = {m: _TABLE_NODES_AS_OF.format(alive_e=_alive("e", m)) for m in ("barrier", "time")}
-_TABLE_IDS_AS_OF = 'SELECT id FROM tables WHERE created_at <= %(as_of_time)s ORDER BY name COLLATE "C"'
+_LIVE_TABLE_IDS = "SELECT id FROM tables WHERE retired_at IS NULL ORDER BY name"
+_TABLE_IDS_AS_OF = """
+    SELECT id FROM tables WHERE created_at <= %(as_of_time)s AND (retired_at IS NULL OR retired_at > %(as_of_time)s)
+     ORDER BY name COLLATE "C"
+"""
 
 _JOB_EDGES_BY_MODE = {m: _JOB_EDGES.replace("x.removed_at IS NULL", _alive("x", m)) for m in MODES}
 _ALL_EDGES_BY_MODE = {
@@ -390,7 +394,7 @@ async def all_edges(conn: Connection, *, at: AsOf | None = None) -> list[EdgeTup
 async def all_table_ids(conn: Connection, *, at: AsOf | None = None) -> list[int]:
     """Every table (registered by `at`'s time, when given), by name."""
     if at is None:
-        return [int(r[0]) for r in await fetch_all(conn, "SELECT id FROM tables ORDER BY name")]
+        return [int(r[0]) for r in await fetch_all(conn, _LIVE_TABLE_IDS)]
     return [int(r[0]) for r in await fetch_all(conn, _TABLE_IDS_AS_OF, at.params())]
 
 

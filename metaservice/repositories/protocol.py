@@ -18,9 +18,9 @@ from typing import Any, Literal
 from psycopg.types.json import Jsonb
 
 from metaservice.db.database import Connection
+from metaservice.db.listener import NOTIFY_CALL
 from metaservice.domain.world import JobView, Range, RunView, TableView, World, Writes
 from metaservice.repositories.driver import fetch_one
-from metaservice.repositories.versions import NOTIFY_CALL
 
 WINDOW = 64  # ranges per input table per gather; a plan that needs more asks (`ranges_from`)
 

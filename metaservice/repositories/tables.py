@@ -7,9 +7,11 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from metaservice.db.database import Connection
-from metaservice.repositories.driver import execute, fetch_as, fetch_one_as
+from metaservice.repositories.driver import execute, fetch_all, fetch_as, fetch_one_as
 
-_COLUMNS = "id, name, format, location, latest_snapshot_id, latest_snapshot_at, sealable, created_at"
+_COLUMNS = (
+    "id, name, format, location, latest_snapshot_id, latest_snapshot_at, sealable, created_at, retired_at, root_group"
+)
 
 
 @dataclass(slots=True)
@@ -22,6 +24,8 @@ class TableRow:
     latest_snapshot_at: datetime | None
     sealable: bool
     created_at: datetime
+    retired_at: datetime | None = None
+    root_group: str | None = None
 
 
 _GET = f"SELECT {_COLUMNS} FROM tables WHERE name = %(name)s"
@@ -38,12 +42,27 @@ _SET_METADATA = """
 """
 _WRITTEN = "UPDATE tables SET sealable = false WHERE id = %(id)s"
 _LIST = f"""
-    SELECT {_COLUMNS} FROM tables WHERE %(after)s::text IS NULL OR name > %(after)s ORDER BY name LIMIT %(limit)s
+    SELECT {_COLUMNS} FROM tables
+     WHERE (%(after)s::text IS NULL OR name > %(after)s) AND (%(retired)s OR retired_at IS NULL)
+     ORDER BY name LIMIT %(limit)s
+"""
+# Retiring closes nothing by itself: the service closes the open snapshot range (a root stops following seals).
+_RETIRE = "UPDATE tables SET retired_at = now(), sealable = false, seal_candidate = false WHERE id = %(id)s"
+# A revived root follows seals again; a table a job ever wrote stays unsealable until a report (an orphan).
+_REVIVE = """
+    UPDATE tables SET retired_at = NULL, seal_candidate = true,
+           sealable = NOT EXISTS (SELECT 1 FROM lineage_edges e WHERE e.table_id = tables.id AND e.role = 'sink')
+     WHERE id = %(id)s
 """
 
 
 async def get(conn: Connection, *, name: str) -> TableRow | None:
     return await fetch_one_as(conn, TableRow, _GET, {"name": name})
+
+
+async def get_folded(conn: Connection, *, name: str) -> TableRow | None:
+    """The table whose name equals `name` regardless of case."""
+    return await fetch_one_as(conn, TableRow, _GET_FOLDED, {"name": name})
 
 
 async def get_many(conn: Connection, *, names: Sequence[str]) -> dict[str, TableRow]:
@@ -75,5 +94,47 @@ async def mark_written(conn: Connection, *, table_id: int) -> None:
     await execute(conn, _WRITTEN, {"id": table_id})
 
 
-async def list_all(conn: Connection, *, limit: int, after_name: str | None = None) -> list[TableRow]:
-    return await fetch_as(conn, TableRow, _LIST, {"limit": limit, "after": after_name})
+async def list_all(
+    conn: Connection, *, limit: int, after_name: str | None = None, include_retired: bool = False
+) -> list[TableRow]:
+    return await fetch_as(conn, TableRow, _LIST, {"limit": limit, "after": after_name, "retired": include_retired})
+
+
+async def retire(conn: Connection, *, table_id: int) -> None:
+    """The table leaves lists and reads; barriers stop sealing it."""
+    await execute(conn, _RETIRE, {"id": table_id})
+
+
+async def revive(conn: Connection, *, table_id: int) -> None:
+    """A retired table is usable again: a root follows seals from its newest reported snapshot."""
+    await execute(conn, _REVIVE, {"id": table_id})
+
+
+_GROUPS_OF = """
+    SELECT g.root_group, array_agg(g.name ORDER BY g.name)
+      FROM tables g
+     WHERE g.root_group IN (SELECT root_group FROM tables WHERE name = ANY(CAST(%(names)s AS text[])))
+     GROUP BY g.root_group
+"""
+_ALL_GROUPS = (
+    "SELECT root_group, array_agg(name ORDER BY name) FROM tables WHERE root_group IS NOT NULL GROUP BY 1 ORDER BY 1"
+)
+_SET_GROUP = """
+    UPDATE tables SET root_group = CASE WHEN id = ANY(CAST(%(ids)s AS bigint[])) THEN %(group)s END
+     WHERE id = ANY(CAST(%(ids)s AS bigint[])) OR root_group = %(group)s
+"""
+
+
+async def groups_of(conn: Connection, *, names: Sequence[str]) -> dict[str, list[str]]:
+    """Each root group holding any of `names`, with all its tables."""
+    rows = await fetch_all(conn, _GROUPS_OF, {"names": list(names)})
+    return {str(r[0]): [str(n) for n in r[1]] for r in rows}
+
+
+async def all_groups(conn: Connection) -> dict[str, list[str]]:
+    return {str(r[0]): [str(n) for n in r[1]] for r in await fetch_all(conn, _ALL_GROUPS)}
+
+
+async def set_group(conn: Connection, *, group: str, table_ids: Sequence[int]) -> None:
+    """The group holds exactly `table_ids` (its other tables leave it)."""
+    await execute(conn, _SET_GROUP, {"group": group, "ids": list(table_ids)})

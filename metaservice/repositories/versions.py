@@ -107,12 +107,13 @@ _FRONTIER = f"""
 """
 
 _BY_NAME = _FRONTIER.format(
-    asked="SELECT t.id, t.name FROM unnest(CAST(%(names)s AS text[])) AS a(name) JOIN tables t ON t.name = a.name"
+    asked="SELECT t.id, t.name FROM unnest(CAST(%(names)s AS text[])) AS a(name)"
+    " JOIN tables t ON t.name = a.name AND t.retired_at IS NULL"
 )
 _BY_ID = _FRONTIER.format(
     asked="SELECT t.id, t.name FROM unnest(CAST(%(ids)s AS bigint[])) AS a(id) JOIN tables t ON t.id = a.id"
 )
-_REGISTERED = "SELECT name FROM tables WHERE name = ANY(CAST(%(names)s AS text[]))"
+_REGISTERED = "SELECT name FROM tables WHERE name = ANY(CAST(%(names)s AS text[])) AND retired_at IS NULL"
 
 # Writers that may complete barriers idle for a reader (rule 12): of the given tables (all, when NULL), the current
 # writers that settled no barrier at or after `head`, are registered, have nothing in flight, read something and
@@ -146,12 +147,6 @@ _IDLE_WRITERS_NAMED = _IDLE_WRITERS.format(
 _IDLE_WRITERS_ALL = _IDLE_WRITERS.format(tables="")
 _HEAD = "SELECT max(barrier) FROM barriers"
 
-# Freshness-bounded reads wait for a notification on this channel (db/listener.py). Writers that can make a newer
-# consistent version exist call NOTIFY_CALL inside their writing statement: PostgreSQL delivers it on commit, to
-# every listening server process, and folds duplicates of one transaction into one.
-CHANNEL = "metaservice_versions"
-LISTEN = f"LISTEN {CHANNEL}"
-NOTIFY_CALL = f"pg_notify('{CHANNEL}', '')"
 _ISSUED = "SELECT (SELECT issued_at FROM barriers WHERE barrier = %(barrier)s), now()"
 
 

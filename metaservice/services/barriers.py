@@ -3,9 +3,10 @@
 Every step is read → decide → compare-and-set write: `repositories/protocol` gathers the job's state in one
 statement, `services/planner` decides, and one statement writes the outcome if no other step changed the job
 meanwhile (else the step is planned again). Allocations, gathers and writes are each coalesced with the concurrent
-steps of other jobs into one statement on the process's own connection (`db/allocator.py`, `db/coalescer.py`); a
-step takes a pooled connection only for what it rarely needs. Requests are validated before anything is written:
-an answer of 4xx means nothing changed (docs/design.md, rule 10).
+steps of other jobs into one statement on the process's own connection (`repositories/allocator.py`,
+`db/coalescer.py`; each process builds them in `metaservice/runtime.py`); a step takes a pooled connection only
+for what it rarely needs. Requests are validated before anything is written: an answer of 4xx means nothing changed
+(docs/design.md, rule 10).
 """
 
 from __future__ import annotations
@@ -13,12 +14,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import anyio
 
 from metaservice import failpoints
-from metaservice.db.allocator import Allocation, AllocationRequest
 from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import Unit, in_autocommit
 from metaservice.domain.world import JobView, RunView
@@ -31,13 +31,19 @@ from metaservice.errors import (
     NotFound,
     NotInFlight,
     NotRoot,
+    PartialRootGroup,
     SnapshotConflict,
     SnapshotRegressed,
+    TableRetired,
     Unavailable,
 )
+from metaservice.openlineage import runs as openlineage
 from metaservice.repositories import protocol as protocol_rows
+from metaservice.repositories import tables as table_rows
 from metaservice.repositories import versions as version_rows
+from metaservice.repositories.allocator import Allocation, AllocationRequest
 from metaservice.repositories.protocol import Gathered, GatherRequest
+from metaservice.repositories.tables import TableRow
 from metaservice.schemas import (
     AbortResult,
     BarrierDecision,
@@ -47,7 +53,6 @@ from metaservice.schemas import (
     SinkSnapshot,
 )
 from metaservice.services import commit_hints
-from metaservice.services.openlineage import outbox as openlineage
 from metaservice.services.planner import (
     Allocate,
     Idle,
@@ -61,6 +66,9 @@ from metaservice.services.planner import (
 )
 from metaservice.services.tokens import ANONYMOUS_ADMIN, Principal
 
+if TYPE_CHECKING:
+    from metaservice.runtime import Runtime  # built in the lifespan and passed in; never built here
+
 logger = logging.getLogger("metaservice.barriers")
 
 T = TypeVar("T")
@@ -72,15 +80,17 @@ MAX_FETCHES = 64
 
 
 async def issue_barrier(
-    db: Database, *, root_snapshots: Mapping[str, int], request_key: str | None = None, issued_by: str = "api"
+    rt: Runtime, *, root_snapshots: Mapping[str, int], request_key: str | None = None, issued_by: str = "api"
 ) -> IssuedBarrier:
     """Issue a barrier now, sealing every root table's newest known snapshot (after `root_snapshots`).
 
     Shares one allocation call with concurrent requests. With `request_key`, a repeated call returns the first
     call's barrier instead of issuing another.
     """
+    if root_snapshots:
+        await _check_whole_groups(rt, root_snapshots)
     allocation = await _allocate(
-        db, AllocationRequest("barrier", by=issued_by, key=request_key, roots=dict(root_snapshots))
+        rt, AllocationRequest("barrier", by=issued_by, key=request_key, roots=dict(root_snapshots))
     )
     assert allocation.barrier is not None and allocation.issued_at is not None
     if not allocation.replayed:
@@ -88,16 +98,42 @@ async def issue_barrier(
     return IssuedBarrier(barrier=allocation.barrier, issued_at=allocation.issued_at, sealed=allocation.sealed)
 
 
-async def report_snapshot(db: Database, *, table: str, snapshot_id: int, committed_at: datetime | None) -> int:
+async def _check_whole_groups(rt: Runtime, root_snapshots: Mapping[str, int]) -> None:
+    """A report naming a root of a group names every root of it: else a barrier would seal a part of the group."""
+
+    async def groups(unit: Unit) -> dict[str, list[str]]:
+        return await table_rows.groups_of(await unit.connection(), names=list(root_snapshots))
+
+    for group, members in (await in_autocommit(rt.database, groups)).items():
+        missing = [t for t in members if t not in root_snapshots]
+        if missing:
+            raise PartialRootGroup(
+                f"root group {group!r} is reported together: the report lacks {', '.join(missing)}",
+                root_group=group,
+                tables=members,
+                missing=missing,
+            )
+
+
+async def report_snapshot(rt: Runtime, *, table: str, snapshot_id: int, committed_at: datetime | None) -> int:
     """Record a new snapshot of a root table written outside MetaService; the next barrier seals it. An orphan
     (its writer job went) becomes a root again when reported at or above its newest known snapshot."""
     del committed_at  # accepted for the record; the database clock stamps reports
-    allocation = await _allocate(db, AllocationRequest("report", by="api", roots={table: snapshot_id}))
+
+    async def known(unit: Unit) -> TableRow | None:
+        return await table_rows.get(await unit.connection(), name=table)
+
+    row = await in_autocommit(rt.database, known)
+    if row is not None and row.retired_at is not None:
+        raise TableRetired(f"table {table!r} was retired by an admin; revive it to report snapshots", table=table)
+    if row is not None and row.root_group is not None:
+        await _check_whole_groups(rt, {table: snapshot_id})
+    allocation = await _allocate(rt, AllocationRequest("report", by="api", roots={table: snapshot_id}))
     return allocation.latest[table]
 
 
 async def next_barrier(
-    db: Database,
+    rt: Runtime,
     *,
     job_id: str,
     root_snapshots: Mapping[str, int],
@@ -117,13 +153,13 @@ async def next_barrier(
         request = AllocationRequest(
             "seal", by=f"job:{job_id}", job=job_id, roots=dict(root_snapshots), min_interval=min_interval
         )
-        reported_wait = _wait(await _allocate(db, request, principal=principal))
+        reported_wait = _wait(await _allocate(rt, request, principal=principal))
     attempts = 0
 
     async def step(unit: Unit) -> BarrierDecision | None:
         nonlocal attempts
         attempts += 1
-        g = await db.gathers.submit(GatherRequest(job_id))
+        g = await rt.gathers.submit(GatherRequest(job_id))
         job = _active(g, job_id)
         await failpoints.pause("step_gathered")
         retry_after = reported_wait
@@ -131,36 +167,36 @@ async def next_barrier(
             roots = [t for t in job.sources if g.world.tables[t].writer_id is None]
             if any(g.world.tables[t].unsealed for t in roots):
                 request = AllocationRequest("seal", by=f"job:{job_id}", when_unsealed=roots, min_interval=min_interval)
-                retry_after = _wait(await _allocate(db, request)) or retry_after
-                g = await db.gathers.submit(GatherRequest(job_id))
+                retry_after = _wait(await _allocate(rt, request)) or retry_after
+                g = await rt.gathers.submit(GatherRequest(job_id))
                 job = _active(g, job_id)
         outcome, planner = await _plan(unit, g, job, start=start)
         if isinstance(outcome, Allocate):
             request = AllocationRequest(
                 "seal", by=f"job:{job_id}", unless_after=outcome.unless_after, min_interval=min_interval
             )
-            retry_after = _wait(await _allocate(db, request)) or retry_after
-            g = await db.gathers.submit(GatherRequest(job_id))
+            retry_after = _wait(await _allocate(rt, request)) or retry_after
+            g = await rt.gathers.submit(GatherRequest(job_id))
             job = _active(g, job_id)
             outcome, planner = await _plan(unit, g, job, start=start)
             if isinstance(outcome, Allocate):
                 outcome = Idle()  # a concurrent call issued the barrier and planned it, or the interval holds
-        if not await _store(db, unit, g, planner):
+        if not await _store(rt, unit, g, planner):
             return None
-        db.commit_hints.keep(job_id, commit_hints.after_next(planner, job.id) if isinstance(outcome, Process) else None)
+        rt.commit_hints.keep(job_id, commit_hints.after_next(planner, job.id) if isinstance(outcome, Process) else None)
         return _decision(job_id, outcome, retry_after)
 
-    return await _retrying(db, step, what=f"job {job_id!r}")
+    return await _retrying(rt.database, step, what=f"job {job_id!r}")
 
 
-async def commit_barrier(db: Database, *, job_id: str, barrier: int, snapshots: Mapping[str, int]) -> CommitResult:
+async def commit_barrier(rt: Runtime, *, job_id: str, barrier: int, snapshots: Mapping[str, int]) -> CommitResult:
     """Record the job's output snapshots for `barrier`. Exactly once: a repeat with the same snapshots is a no-op.
 
     Right after the job's `next` on this process, the commit plans on what that `next` stored and writes in one
     statement (services/commit_hints.py); when the write finds the job changed, or the plan would not succeed, it
     gathers and plans again like any step.
     """
-    hint = db.commit_hints.take(job_id, barrier)
+    hint = rt.commit_hints.take(job_id, barrier)
 
     async def step(unit: Unit) -> CommitResult | None:
         nonlocal hint
@@ -171,17 +207,17 @@ async def commit_barrier(db: Database, *, job_id: str, barrier: int, snapshots: 
             except MetaServiceError:
                 return None  # answered from a fresh gather, never from held state
         else:
-            g = await db.gathers.submit(GatherRequest(job_id, barrier, windows=False))
+            g = await rt.gathers.submit(GatherRequest(job_id, barrier, windows=False))
             planned = _planned_commit(g, job_id, barrier, snapshots)
         if isinstance(planned, CommitResult):
             return planned
         g, run, planner = planned
-        if not await _store(db, unit, g, planner):
+        if not await _store(rt, unit, g, planner):
             return None
         openlineage.run_committed(job_id, run, snapshots)
         return CommitResult(job_id=job_id, barrier=barrier, snapshots=dict(snapshots))
 
-    return await _retrying(db, step, what=f"job {job_id!r}")
+    return await _retrying(rt.database, step, what=f"job {job_id!r}")
 
 
 def _planned_commit(
@@ -228,12 +264,12 @@ def _planned_commit(
     return g, run, planner
 
 
-async def abort_barrier(db: Database, *, job_id: str, barrier: int, reason: str | None) -> AbortResult:
+async def abort_barrier(rt: Runtime, *, job_id: str, barrier: int, reason: str | None) -> AbortResult:
     """Give up `barrier`: it never completes in the job's sinks and downstream jobs skip it. Idempotent."""
-    db.commit_hints.keep(job_id, None)  # a commit of it must not even try the state its `next` stored
+    rt.commit_hints.keep(job_id, None)  # a commit of it must not even try the state its `next` stored
 
     async def step(unit: Unit) -> AbortResult | None:
-        g = await db.gathers.submit(GatherRequest(job_id, barrier, windows=False))
+        g = await rt.gathers.submit(GatherRequest(job_id, barrier, windows=False))
         job = _known(g, job_id)
         run = g.run_at
         if run is None or run.first != barrier or run.status == "idle":
@@ -249,15 +285,15 @@ async def abort_barrier(db: Database, *, job_id: str, barrier: int, reason: str 
         if run.status == "in_flight":
             planner = Planner(g.world)
             planner.abort(job.id, run, reason or "aborted by the job")
-            if not await _store(db, unit, g, planner):
+            if not await _store(rt, unit, g, planner):
                 return None
             openlineage.run_aborted(g.world, job, run, reason or "aborted by the job", by="job")
         return AbortResult(job_id=job_id, barrier=barrier)
 
-    return await _retrying(db, step, what=f"job {job_id!r}")
+    return await _retrying(rt.database, step, what=f"job {job_id!r}")
 
 
-async def settle_idle(db: Database, *, job_names: Sequence[str]) -> int:
+async def settle_idle(rt: Runtime, *, job_names: Sequence[str]) -> int:
     """For each named job, complete idle the barriers at which its inputs did not change, settling the writers of
     its lagging inputs first (rule 12): an idle job that does not poll never holds reads, delays or the bottleneck
     back. The same plan and compare-and-set write as a `next`; best effort (a job that keeps changing under the
@@ -265,7 +301,7 @@ async def settle_idle(db: Database, *, job_names: Sequence[str]) -> int:
 
     async def one(name: str) -> bool:
         async def step(unit: Unit) -> bool | None:
-            g = await db.gathers.submit(GatherRequest(name))
+            g = await rt.gathers.submit(GatherRequest(name))
             if g.job_id is None:
                 return False
             job = g.world.jobs[g.job_id]
@@ -273,10 +309,10 @@ async def settle_idle(db: Database, *, job_names: Sequence[str]) -> int:
             _, planner = await _planned(unit, g, job, lambda p: p.settle(job.id))
             if not planner.writes:
                 return False
-            return True if await _store(db, unit, g, planner) else None
+            return True if await _store(rt, unit, g, planner) else None
 
         try:
-            return await _retrying(db, step, what=f"job {name!r}")
+            return await _retrying(rt.database, step, what=f"job {name!r}")
         except Unavailable:
             return False
 
@@ -291,7 +327,7 @@ async def settle_idle(db: Database, *, job_names: Sequence[str]) -> int:
     return sum(settled)
 
 
-async def settle_lagging(db: Database, *, tables: Sequence[str] | None, limit: int) -> int:
+async def settle_lagging(rt: Runtime, *, tables: Sequence[str] | None, limit: int) -> int:
     """`settle_idle` for the writers of `tables` (None: of every table) that are behind the newest barrier and may
     complete barriers idle: what delays and metrics read first, so that they count an idle table as fresh as the
     inputs it did not need to reprocess (rule 12)."""
@@ -299,8 +335,8 @@ async def settle_lagging(db: Database, *, tables: Sequence[str] | None, limit: i
     async def work(unit: Unit) -> list[str]:
         return await version_rows.lagging_idle_writers(await unit.connection(), tables=tables, limit=limit)
 
-    names = await in_autocommit(db, work)
-    return await settle_idle(db, job_names=names) if names else 0
+    names = await in_autocommit(rt.database, work)
+    return await settle_idle(rt, job_names=names) if names else 0
 
 
 async def abort_in_flight(conn: Connection, job_id: str, reason: str, *, after: int | None = None) -> None:
@@ -355,7 +391,7 @@ async def _planned(unit: Unit, g: Gathered, job: JobView, decide: Callable[[Plan
     raise Unavailable(f"job {job.name!r} needs more state than one step may fetch; retry")
 
 
-async def _store(db: Database, unit: Unit, g: Gathered, planner: Planner) -> bool:
+async def _store(rt: Runtime, unit: Unit, g: Gathered, planner: Planner) -> bool:
     """Write the plan's outcome (compare-and-set); False when a job it touches changed meanwhile.
 
     The write shares one statement with the writes of concurrent steps (db/coalescer.py), skipping jobs another
@@ -366,17 +402,17 @@ async def _store(db: Database, unit: Unit, g: Gathered, planner: Planner) -> boo
         if g.stale and g.job_id is not None:
             await protocol_rows.touch(await unit.connection(), job_id=g.job_id)
         return True
-    stored = await db.writes.submit(planner.writes, on_send=unit.mark_sent)
+    stored = await rt.writes.submit(planner.writes, on_send=unit.mark_sent)
     if stored == "locked":
         async with unit.writing() as conn:
             stored = "stored" if await protocol_rows.apply(conn, planner.writes, notify=False) else "changed"
     if stored == "stored" and protocol_rows.may_complete_versions(planner.writes):
-        db.notifier.changed()
+        rt.notifier.changed()
     return stored == "stored"
 
 
-async def _allocate(db: Database, request: AllocationRequest, *, principal: Principal = ANONYMOUS_ADMIN) -> Allocation:
-    allocation = await db.allocator.allocate(request)
+async def _allocate(rt: Runtime, request: AllocationRequest, *, principal: Principal = ANONYMOUS_ADMIN) -> Allocation:
+    allocation = await rt.allocator.allocate(request)
     error = allocation.error
     if error is None:
         return allocation

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import in_transaction
@@ -28,6 +29,9 @@ from metaservice.schemas import CriticalStep, DelayList, DelaySummary, TableDela
 from metaservice.services import barriers
 from metaservice.services import lag as lag_figures
 
+if TYPE_CHECKING:
+    from metaservice.runtime import Runtime  # built in the lifespan and passed in; never built here
+
 # Walk bounds: a critical path longer than this, or a closure bigger than this, is reported cut short.
 MAX_LEVELS = 1000
 MAX_PAIRS = 200_000
@@ -38,11 +42,11 @@ SETTLE_LIMIT = 256
 Pair = tuple[int, int]  # (table id, barrier)
 
 
-async def table_delay(db: Database, *, table: str, barrier: int | None = None) -> TableDelay:
+async def table_delay(rt: Runtime, *, table: str, barrier: int | None = None) -> TableDelay:
     """Delay of one table and the critical path of its newest complete barrier (or of `barrier`), after idle writers
     upstream completed the barriers their unchanged inputs allow (rule 12)."""
     if barrier is None:
-        await barriers.settle_lagging(db, tables=[table], limit=SETTLE_LIMIT)
+        await barriers.settle_lagging(rt, tables=[table], limit=SETTLE_LIMIT)
 
     async def work(s: Connection) -> TableDelay:
         row = await table_rows.get(s, name=table)
@@ -103,13 +107,13 @@ async def table_delay(db: Database, *, table: str, barrier: int | None = None) -
             path_truncated=truncated,
         )
 
-    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
+    return await in_transaction(rt.database, work, isolation="REPEATABLE READ", read_only=True)
 
 
-async def all_delays(db: Database) -> DelayList:
+async def all_delays(rt: Runtime) -> DelayList:
     """Every table's delay with its bottleneck job, worst first (tables that completed nothing lead), after idle
     writers completed the barriers their unchanged inputs allow (rule 12)."""
-    await barriers.settle_lagging(db, tables=None, limit=SETTLE_LIMIT)
+    await barriers.settle_lagging(rt, tables=None, limit=SETTLE_LIMIT)
 
     async def work(s: Connection) -> DelayList:
         states = await lineage_rows.table_states(s)
@@ -144,7 +148,7 @@ async def all_delays(db: Database) -> DelayList:
         summaries.sort(key=lambda d: (d.delay_seconds is not None, -(d.delay_seconds or 0.0), d.table))
         return DelayList(as_of=now, delays=summaries)
 
-    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
+    return await in_transaction(rt.database, work, isolation="REPEATABLE READ", read_only=True)
 
 
 @dataclass(frozen=True)

@@ -75,9 +75,9 @@ def run_info(run: RunRow) -> JobRunInfo:
     )
 
 
-async def list_tables(db: Database, *, limit: int, after: str | None) -> TableList:
+async def list_tables(db: Database, *, limit: int, after: str | None, include_retired: bool = False) -> TableList:
     async def work(s: Connection) -> TableList:
-        tables = await table_rows.list_all(s, limit=limit, after_name=after)
+        tables = await table_rows.list_all(s, limit=limit, after_name=after, include_retired=include_retired)
         return TableList(tables=await _table_infos(s, tables))
 
     return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
@@ -130,7 +130,7 @@ async def get_barrier(db: Database, *, barrier: int) -> BarrierDetail:
         row = await barrier_rows.get(s, barrier=barrier)
         if row is None:
             raise NotFound(f"barrier {barrier} was never issued", barrier=barrier)
-        tables = await table_rows.list_all(s, limit=1_000_000)
+        tables = await table_rows.list_all(s, limit=1_000_000, include_retired=True)
         ids = [t.id for t in tables]
         covering = await snapshot_rows.covering(s, table_ids=ids, barrier=barrier)
         lasts = await snapshot_rows.last(s, table_ids=ids)
@@ -196,6 +196,7 @@ async def _table_infos(s: Connection, tables: list[TableRow]) -> list[TableInfo]
                 latest_snapshot_id=t.latest_snapshot_id,
                 newest_complete_barrier=newest_barrier,
                 newest_complete_snapshot_id=newest_snapshot,
+                retired_at=t.retired_at,
             )
         )
     return infos

@@ -19,9 +19,13 @@ from metaservice.errors import (
     CycleError,
     Forbidden,
     NotFound,
+    RootGroupConflict,
     TableHasWriter,
+    TableInUse,
     TableMetadataConflict,
     TableNameConflict,
+    TableRetired,
+    UnknownSource,
 )
 from metaservice.repositories import barriers as barrier_rows
 from metaservice.repositories import edges as edge_rows
@@ -29,7 +33,17 @@ from metaservice.repositories import jobs as job_rows
 from metaservice.repositories import snapshots as snapshot_rows
 from metaservice.repositories import tables as table_rows
 from metaservice.repositories.tables import TableRow
-from metaservice.schemas import EdgeRemoval, Registration, Unregistration
+from metaservice.schemas import (
+    EdgeRemoval,
+    JobRegistration,
+    RegisterJobRequest,
+    Registration,
+    RootGroup,
+    RootGroupList,
+    TableDeclaration,
+    TableRetirement,
+    Unregistration,
+)
 from metaservice.services.barriers import abort_in_flight
 from metaservice.services.tokens import ANONYMOUS_ADMIN, Principal
 
@@ -86,6 +100,11 @@ async def register_in(
             table=table,
             registered=row.name,
         )
+    if row.retired_at is not None:
+        raise TableRetired(
+            f"table {table!r} was retired by an admin; revive it first (POST /tables/…/revive) to use it again",
+            table=table,
+        )
     _check_metadata(row, format=format, location=location)
     clock = await barrier_rows.clock_share(conn)
     existing = await edge_rows.role_of(conn, job_id=job.id, table_id=row.id)
@@ -119,6 +138,143 @@ async def register_in(
     await edge_rows.insert_edge(conn, job_id=job.id, table_id=row.id, role=role, after=clock)
     await job_rows.bump(conn, job_id=job.id)
     return Registration(job_id=job_id, table=table, role=role, created=True)
+
+
+async def register_job(
+    db: Database, *, job_id: str, request: RegisterJobRequest, principal: Principal = ANONYMOUS_ADMIN
+) -> JobRegistration:
+    """Register every source and sink of a job in one transaction: a 4xx for any edge leaves none registered.
+
+    A source MetaService has never seen is refused (409 `unknown_source`, naming each) unless the request lists it
+    in `new_roots`: a misspelt name would otherwise become an empty root the job waits on forever."""
+
+    async def work(conn: Connection) -> JobRegistration:
+        await lock_registry(conn)
+        declared = set(request.new_roots)
+        unknown = [
+            d.table
+            for d in request.sources
+            if d.table not in declared and await table_rows.get_folded(conn, name=d.table) is None
+        ]
+        if unknown:
+            raise UnknownSource(
+                f"job {job_id!r} reads tables MetaService does not know: {', '.join(unknown)}; check the names, "
+                "or declare roots that an outside writer will create as new roots (new_roots; EtlJob(future_roots=…))",
+                tables=unknown,
+                job_id=job_id,
+            )
+        edges = [
+            await register_in(
+                conn,
+                job_id=job_id,
+                table=d.table,
+                role=role,
+                format=d.format,
+                location=d.location,
+                principal=principal,
+            )
+            for role, declarations in _roles_of(request)
+            for d in declarations
+        ]
+        return JobRegistration(job_id=job_id, edges=edges, created=any(e.created for e in edges))
+
+    return await in_transaction(db, work)
+
+
+def _roles_of(request: RegisterJobRequest) -> list[tuple[Role, list[TableDeclaration]]]:
+    return [("source", request.sources), ("sink", request.sinks)]
+
+
+async def retire_table(db: Database, *, table: str) -> TableRetirement:
+    """Retire a table no job uses: it leaves lists, delays and reads; registrations naming it are refused."""
+
+    async def work(conn: Connection) -> TableRetirement:
+        await lock_registry(conn)
+        row = await table_rows.get(conn, name=table)
+        if row is None:
+            raise NotFound(f"table {table!r} is not registered", table=table)
+        if row.retired_at is not None:
+            return TableRetirement(table=table, retired=True, retired_at=row.retired_at, changed=False)
+        writer = await edge_rows.writer_of(conn, table_id=row.id)
+        readers = (await edge_rows.readers_of(conn, table_ids=[row.id])).get(row.id, [])
+        jobs = sorted({*readers, *([writer[1]] if writer else [])})
+        if jobs:
+            raise TableInUse(
+                f"table {table!r} is used by {', '.join(jobs)}; remove those edges or unregister the jobs first",
+                table=table,
+                jobs=jobs,
+            )
+        clock = await barrier_rows.clock_share(conn)
+        await snapshot_rows.close_open(conn, table_id=row.id, through=clock)
+        await table_rows.retire(conn, table_id=row.id)
+        retired = await table_rows.get(conn, name=table)
+        assert retired is not None
+        return TableRetirement(table=table, retired=True, retired_at=retired.retired_at, changed=True)
+
+    return await in_transaction(db, work)
+
+
+async def revive_table(db: Database, *, table: str) -> TableRetirement:
+    """Undo a retirement: the table can be registered, reported and read again (its history is intact)."""
+
+    async def work(conn: Connection) -> TableRetirement:
+        await lock_registry(conn)
+        row = await table_rows.get(conn, name=table)
+        if row is None:
+            raise NotFound(f"table {table!r} is not registered", table=table)
+        if row.retired_at is None:
+            return TableRetirement(table=table, retired=False, retired_at=None, changed=False)
+        await table_rows.revive(conn, table_id=row.id)
+        return TableRetirement(table=table, retired=False, retired_at=None, changed=True)
+
+    return await in_transaction(db, work)
+
+
+async def set_root_group(db: Database, *, group: str, tables: list[str]) -> RootGroup:
+    """Declare the roots one ingestion writes together: a barrier seals all of them or none (a job's report of one
+    of them records nothing; `POST /barriers` names them all). Creates tables on first sight; idempotent."""
+
+    async def work(conn: Connection) -> RootGroup:
+        await lock_registry(conn)
+        names = sorted(set(tables))
+        rows = [await table_rows.lock_or_insert(conn, name=name) for name in names]
+        for name, row in zip(names, rows, strict=True):
+            if row.name != name:
+                raise TableNameConflict(
+                    f"table {name!r} differs only in case from the registered table {row.name!r}",
+                    table=name,
+                    registered=row.name,
+                )
+            if row.retired_at is not None:
+                raise TableRetired(f"table {name!r} was retired by an admin; revive it first", table=name)
+            if row.root_group is not None and row.root_group != group:
+                raise RootGroupConflict(
+                    f"table {name!r} belongs to root group {row.root_group!r}; a root is in one group at most",
+                    table=name,
+                    root_group=row.root_group,
+                )
+            writer = await edge_rows.writer_of(conn, table_id=row.id)
+            if writer is not None:
+                raise RootGroupConflict(
+                    f"table {name!r} is written by job {writer[1]!r}: only roots form groups (a job's sinks are "
+                    "already committed together)",
+                    table=name,
+                    writer=writer[1],
+                )
+        await table_rows.set_group(conn, group=group, table_ids=[r.id for r in rows])
+        return RootGroup(group=group, tables=names)
+
+    return await in_transaction(db, work)
+
+
+async def root_groups(db: Database) -> RootGroupList:
+    """Every root group with its tables."""
+
+    async def work(conn: Connection) -> RootGroupList:
+        groups = await table_rows.all_groups(conn)
+        return RootGroupList(groups=[RootGroup(group=g, tables=t) for g, t in groups.items()])
+
+    return await in_transaction(db, work, read_only=True)
 
 
 async def remove_edge(db: Database, *, job_id: str, table: str, role: Role) -> EdgeRemoval:

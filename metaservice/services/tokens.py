@@ -7,13 +7,16 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import in_autocommit, in_transaction
 from metaservice.errors import InvalidRequest, NameTaken, NotFound
 from metaservice.repositories import tokens as token_rows
 from metaservice.repositories.tokens import TokenRow
+
+if TYPE_CHECKING:
+    from metaservice.runtime import Runtime
 
 Role = Literal["admin", "job", "reader"]
 TOKEN_PREFIX = "ms_"
@@ -55,11 +58,11 @@ def _principal(row: TokenRow) -> Principal:
     )
 
 
-async def authenticate(db: Database, *, token: str) -> Principal | None:
+async def authenticate(rt: Runtime, *, token: str) -> Principal | None:
     """The principal of a presented bearer token, or None when it is unknown or revoked. The lookup shares one
     statement with those of concurrent requests; a statement started after the request came in, so a token
     revoked before that is refused."""
-    row = await in_autocommit(db, lambda _unit: db.tokens.submit(digest(token)), connected=False)
+    row = await in_autocommit(rt.database, lambda _unit: rt.tokens.submit(digest(token)), connected=False)
     return None if row is None else _principal(row)
 
 

@@ -16,16 +16,20 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import anyio
 
-from metaservice.db.database import Connection, Database
+from metaservice.db.database import Connection
 from metaservice.db.transaction import in_transaction
 from metaservice.errors import InvalidRequest, NoConsistentVersion, NotFound, NotFreshEnough
 from metaservice.repositories import versions as version_rows
 from metaservice.repositories.versions import Frontier
 from metaservice.schemas import Consistency, ConsistentVersions, FreshnessBound
 from metaservice.services import barriers
+
+if TYPE_CHECKING:
+    from metaservice.runtime import Runtime  # built in the lifespan and passed in; never built here
 
 # Each step back (past an aborted barrier or a lineage change) costs one query; pathological storms stop here.
 MAX_STEPS_BACK = 256
@@ -34,16 +38,16 @@ MAX_IDLE_WRITERS = 64
 
 
 async def consistent_versions(
-    db: Database, *, tables: Sequence[str], consistency: Consistency, bound: FreshnessBound | None = None
+    rt: Runtime, *, tables: Sequence[str], consistency: Consistency, bound: FreshnessBound | None = None
 ) -> ConsistentVersions:
     """Newest barrier complete in every requested table (weak) or in their whole lineage components (strong);
     with a freshness bound, one that meets it (waiting up to `bound.wait_seconds` for one), else 409."""
     names = list(dict.fromkeys(tables))
     if bound is not None:
-        _check_wait(db, bound)
+        _check_wait(rt, bound)
         if bound.bounded:
-            return await _fresh_versions(db, names=names, consistency=consistency, bound=bound)
-    found = await _read_settled(db, names=names, consistency=consistency)
+            return await _fresh_versions(rt, names=names, consistency=consistency, bound=bound)
+    found = await _read_settled(rt, names=names, consistency=consistency)
     if isinstance(found, ConsistentVersions):
         return found
     raise _none_yet(names, consistency, found)
@@ -60,7 +64,7 @@ class _Read:
 
 
 async def _read_settled(
-    db: Database, *, names: list[str], consistency: Consistency
+    rt: Runtime, *, names: list[str], consistency: Consistency
 ) -> ConsistentVersions | list[dict[str, str | None]]:
     """The consistent version, after letting writers that hold it back complete the barriers at which their inputs
     did not change (rule 12: an idle job that does not poll never holds a read back). With no answer, the tables
@@ -69,9 +73,9 @@ async def _read_settled(
     async def work(conn: Connection) -> _Read:
         return await _newest(conn, names=names, consistency=consistency)
 
-    read = await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
-    if read.idle_writers and await barriers.settle_idle(db, job_names=read.idle_writers):
-        read = await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
+    read = await in_transaction(rt.database, work, isolation="REPEATABLE READ", read_only=True)
+    if read.idle_writers and await barriers.settle_idle(rt, job_names=read.idle_writers):
+        read = await in_transaction(rt.database, work, isolation="REPEATABLE READ", read_only=True)
     return read.versions if read.versions is not None else read.holding
 
 
@@ -104,7 +108,7 @@ async def _newest(conn: Connection, *, names: list[str], consistency: Consistenc
         registered = await version_rows.registered(conn, names=names)
         missing = [n for n in names if n not in registered]
         if missing:
-            raise NotFound(f"tables not registered: {', '.join(missing)}", tables=missing)
+            raise NotFound(f"tables not registered (or retired): {', '.join(missing)}", tables=missing)
     found = await newest_complete(first, at, strong=strong)
     idle: list[str] = []
     if first.bound is not None and (found is None or found[0] < first.bound):
@@ -150,7 +154,7 @@ class Standing:
         )
 
 
-async def standing(db: Database, *, names: list[str], consistency: Consistency) -> Standing:
+async def standing(rt: Runtime, *, names: list[str], consistency: Consistency) -> Standing:
     """The consistent version and its staleness by the database clock, in one read-only snapshot (after idle
     writers completed what they could, rule 12)."""
 
@@ -160,15 +164,15 @@ async def standing(db: Database, *, names: list[str], consistency: Consistency) 
         issued, now = await version_rows.issued_at(conn, barrier=barrier)
         return read, issued, now
 
-    read, issued, now = await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
-    if read.idle_writers and await barriers.settle_idle(db, job_names=read.idle_writers):
-        read, issued, now = await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
+    read, issued, now = await in_transaction(rt.database, work, isolation="REPEATABLE READ", read_only=True)
+    if read.idle_writers and await barriers.settle_idle(rt, job_names=read.idle_writers):
+        read, issued, now = await in_transaction(rt.database, work, isolation="REPEATABLE READ", read_only=True)
     return Standing(read.versions, issued, now, read.holding)
 
 
-def _check_wait(db: Database, bound: FreshnessBound) -> None:
+def _check_wait(rt: Runtime, bound: FreshnessBound) -> None:
     """The configured maximum is not in the wire model (it is a setting); the OpenAPI document publishes it."""
-    wait, limit = bound.wait_seconds or 0.0, db.settings.max_wait_seconds
+    wait, limit = bound.wait_seconds or 0.0, rt.settings.max_wait_seconds
     if wait > limit:
         raise InvalidRequest(
             f"wait_seconds must be at most {limit:g} (the server's max_wait_seconds), not {wait:g}",
@@ -177,7 +181,7 @@ def _check_wait(db: Database, bound: FreshnessBound) -> None:
 
 
 async def _fresh_versions(
-    db: Database, *, names: list[str], consistency: Consistency, bound: FreshnessBound
+    rt: Runtime, *, names: list[str], consistency: Consistency, bound: FreshnessBound
 ) -> ConsistentVersions:
     """Check; while the bound is not met and time is left, sleep until a write that may complete a newer version
     is notified (db/listener.py: no pooled connection is held and nothing polls), then check again. The check
@@ -185,12 +189,12 @@ async def _fresh_versions(
     wait = bound.wait_seconds or 0.0
     started = anyio.current_time()
     deadline = started + wait
-    listener = db.listener
+    listener = rt.listener
     generation = await listener.ready() if wait > 0 else 0
     key = (tuple(names), consistency)
 
     async def check() -> Standing:
-        return await standing(db, names=names, consistency=consistency)
+        return await standing(rt, names=names, consistency=consistency)
 
     while True:
         now = await listener.shared(key, generation, check) if wait > 0 else await check()

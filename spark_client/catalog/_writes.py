@@ -1,39 +1,63 @@
-"""What the Iceberg and Paimon catalogs share: table names, schema rules, and copy-on-write plans of the modes.
+"""The write path every format shares: table names, the tag, schema rules, and the plans of the write modes.
 
-A mode other than `Append` is planned here, in Spark, as *which files of the current snapshot go* and *which
-rows are written as new files*: the executors find the files that hold affected rows (a semi join on the
-file's path), re-read only those, keep their unaffected rows and add the new ones. The driver receives file
-paths, never rows, and each format commits the plan as one snapshot (removals and additions together).
+`SparkWrittenCatalog.write` is the one implementation of `Catalog.write` for Delta, Iceberg and Paimon. It
+checks the mode and the data, resolves the schema, finds an earlier commit of the same tag, and plans the mode
+in Spark; a format supplies only its steps (`_open`, `_tagged_snapshot`, `_table_schema`, `_live_files`,
+`_prepare`, `_write_files`, `_commit`).
+
+A mode other than `Append` and `Overwrite` is planned here, in Spark, as *which files of the current snapshot
+go* and *which rows are written as new files*: the executors find the files that hold affected rows (a semi
+join on the file's path), re-read only those, keep their unaffected rows and add the new ones. The driver
+receives file paths, never rows, and each format commits the plan as one snapshot (removals and additions
+together). `Overwrite` removes every file the table holds when the format commits (the format lists them at
+commit time, so a concurrent append is never lost silently by a stale list).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
 from urllib.parse import unquote, urlparse
 
+from spark_client import _failpoints
+from spark_client.catalog import _retention
 from spark_client.catalog.base import CommitRecord, SchemaMismatch
-from spark_client.modes import Append, Merge, ModeName, Overwrite, OverwritePartitions, ReplaceWhere, WriteMode
+from spark_client.modes import Append, Merge, ModeName, Overwrite, OverwritePartitions, ReplaceWhere, WriteMode, as_mode
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import DataType, StructType
+    from pyspark.sql.types import DataType, StructField, StructType
+
+    from spark_client._http import MetaServiceClient
+
+logger = logging.getLogger("spark_client.catalog")
 
 BARRIER_KEY, JOB_KEY, WRITE_KEY = "metaservice.barrier", "metaservice.job_id", "metaservice.write_id"
 SCHEMA_KEY = "metaservice.schema_for_barrier"  # a schema-only commit made ahead of a tagged write
 RESTORES_KEY = "metaservice.restores"  # a commit that makes the table hold an earlier snapshot ("none": empty)
 RESERVED_KEYS = frozenset({BARRIER_KEY, JOB_KEY, WRITE_KEY, SCHEMA_KEY, RESTORES_KEY})
 NO_SUCCESS_MARKER = "mapreduce.fileoutputcommitter.marksuccessfuljobs"
+# Spark's save mode for a fresh directory: "error" (= "errorifexists"), the one spelling Spark Connect accepts.
+NEW_DIRECTORY = "error"
+# Spark type names no format here stores (Delta, Iceberg and Paimon have no type for them).
+UNSTORABLE = frozenset(
+    {"void", "interval", "daytimeinterval", "yearmonthinterval", "time", "variant", "geometry", "geography"}
+    | {"char", "varchar"}
+)
 _PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}")
 _FILE = "_metaservice_file"
-_MODES = (Append, Overwrite, ReplaceWhere, OverwritePartitions, Merge)
-
-
 _GLOB = re.compile(r"[*?\[\]{}\\]")
+
+H = TypeVar("H")  # a format's handle of an open table (DeltaTable, pyiceberg Table, Paimon FileStoreTable)
+F = TypeVar("F")  # a format's description of one data file (what its commit needs to remove it)
+S = TypeVar("S")  # what a format's file writing hands to its commit (add actions, paths, commit messages)
 
 
 def local_root(root: str | os.PathLike[str], *, what: str) -> str:
@@ -65,22 +89,6 @@ def split_name(table: str) -> tuple[str, str, str]:
     return parts[0], parts[1], parts[2]
 
 
-def as_mode(mode: WriteMode | ModeName) -> WriteMode:
-    """The mode object for a mode or its short name ("append", "overwrite")."""
-    if isinstance(mode, str):
-        named: dict[str, WriteMode] = {"append": Append(), "overwrite": Overwrite()}
-        if mode in named:
-            return named[mode]
-    elif isinstance(mode, _MODES):
-        if mode.schema == "overwrite" and not isinstance(mode, Overwrite):
-            raise ValueError(f"schema='overwrite' needs a whole-table Overwrite, not {type(mode).__name__}")
-        return mode
-    raise ValueError(
-        f"mode must be 'append', 'overwrite' or one of {[m.__name__ for m in _MODES]} from spark_client.modes, "
-        f"got {mode!r}"
-    )
-
-
 def check_tag(app_id: str | None, barrier: int | None, metadata: Mapping[str, str] | None) -> None:
     """The tag and the extra commit properties a write may carry."""
     if (app_id is None) != (barrier is None):
@@ -97,6 +105,34 @@ def commit_properties(
     if app_id is not None and barrier is not None:
         properties.update({BARRIER_KEY: str(barrier), JOB_KEY: app_id})
     return properties
+
+
+def schema_properties(app_id: str | None, barrier: int | None, metadata: Mapping[str, str] | None) -> dict[str, str]:
+    """Properties of a schema-only commit made ahead of a write (tagged with the write's barrier)."""
+    tags = {SCHEMA_KEY: str(barrier), JOB_KEY: app_id} if app_id is not None and barrier is not None else {}
+    return {**(metadata or {}), **tags}
+
+
+def check_columns(table: str, df: DataFrame, mode: WriteMode) -> None:
+    """The columns a mode names (keys, partition columns, the delete column) are columns of the data, and a
+    `Merge` delete column is boolean; ValueError naming the table otherwise (before anything is read)."""
+    from pyspark.sql.types import BooleanType
+
+    needed: tuple[str, ...] = ()
+    if isinstance(mode, Merge):
+        needed = mode.keys + ((mode.delete_column,) if mode.delete_column else ())
+    elif isinstance(mode, OverwritePartitions):
+        needed = mode.columns
+    if missing := [c for c in needed if c not in df.columns]:
+        raise ValueError(
+            f"{type(mode).__name__} on {table!r} names columns {missing} the data does not have (columns: {df.columns})"
+        )
+    if isinstance(mode, Merge) and mode.delete_column:
+        kind = df.schema[mode.delete_column].dataType
+        if not isinstance(kind, BooleanType):
+            raise ValueError(
+                f"Merge on {table!r}: delete_column {mode.delete_column!r} must be boolean, it is {kind.simpleString()}"
+            )
 
 
 def data_schema(
@@ -133,8 +169,11 @@ def data_schema(
     return relaxed
 
 
-def resolve_schema(table: str, current: StructType, data: StructType, mode: WriteMode) -> StructType:
-    """The table's schema after writing `data` with `mode`, or SchemaMismatch (nothing written).
+def resolve_schema(
+    table: str, current: StructType, data: StructType, mode: WriteMode
+) -> tuple[StructType, list[StructField]]:
+    """The table's schema after writing `data` with `mode`, and the columns it adds; SchemaMismatch (nothing
+    written) when the mode's schema policy forbids the difference.
 
     Columns are matched by name. `strict`: the same columns with the same types. `merge`: new columns are
     appended to the table's, existing ones keep their types (data may lack some: they are null). `overwrite`
@@ -143,7 +182,7 @@ def resolve_schema(table: str, current: StructType, data: StructType, mode: Writ
     from pyspark.sql.types import StructType
 
     if mode.schema == "overwrite":
-        return data
+        return data, []
     want = {f.name: f.dataType.simpleString() for f in current.fields}
     got = {f.name: f.dataType.simpleString() for f in data.fields}
     names = sorted(want.keys() | got.keys()) if mode.schema == "strict" else sorted(want.keys() & got.keys())
@@ -155,7 +194,7 @@ def resolve_schema(table: str, current: StructType, data: StructType, mode: Writ
     if differing:
         raise SchemaMismatch(table, differing)
     added = [f for f in data.fields if f.name not in want]
-    return StructType([*current.fields, *added])
+    return StructType([*current.fields, *added]), added
 
 
 @dataclass(frozen=True)
@@ -163,7 +202,7 @@ class Rewrite:
     """A mode planned against one snapshot: the files it removes and the rows it writes as new files.
 
     Attributes:
-        removed: paths (as the format lists them) of current files that the commit removes.
+        removed: paths (keys of the format's file listing) of current files that the commit removes.
         data: the rows to write, in the table's column order.
     """
 
@@ -172,40 +211,51 @@ class Rewrite:
 
 
 def plan_rewrite(
-    spark: SparkSession, df: DataFrame, mode: WriteMode, *, files: Sequence[str], schema: StructType
+    spark: SparkSession, df: DataFrame, mode: WriteMode, *, table: str, files: Sequence[str], schema: StructType
 ) -> Rewrite:
-    """Plan `mode` against the current `files` of a table whose schema (after the write) is `schema`."""
+    """Plan `mode` against the current `files` of `table`, whose schema (after the write) is `schema`.
+
+    The data checks run here, before anything is written: rows outside a `ReplaceWhere` predicate and duplicate
+    `Merge` keys are refused (ValueError naming the table). Each check is one small Spark job (`limit`).
+    """
     from pyspark.sql import functions as F
 
     rows = aligned(df, schema, mode)
     if isinstance(mode, Append):
         return Rewrite((), rows)
     if isinstance(mode, Overwrite):
-        return Rewrite(tuple(files), rows)
+        return Rewrite((), rows)  # the format's commit removes every file the table holds then
     if isinstance(mode, ReplaceWhere):
         outside = F.expr(f"NOT coalesce(({mode.predicate}), false)")
         if df.filter(outside).limit(1).count():
-            raise ValueError(f"every row written with ReplaceWhere must match its predicate {mode.predicate!r}")
+            raise ValueError(
+                f"ReplaceWhere on {table!r}: the data holds rows for which {mode.predicate!r} is not true; every "
+                "row written must match the predicate (nothing was written)"
+            )
         affected = _files_where(spark, files, schema, lambda current: current.filter(F.expr(mode.predicate)))
         kept = _read(spark, affected, schema).filter(outside)
         return Rewrite(tuple(affected.values()), kept.unionByName(rows))
     if isinstance(mode, OverwritePartitions):
-        columns = _columns(mode.columns, df, schema, "OverwritePartitions")
-        keys = df.select(*columns).distinct()
+        columns = list(mode.columns)
+        keys = df.select(*[F.col(f"`{c}`") for c in columns]).distinct()
         on = _null_safe(columns, keys)
         affected = _files_where(spark, files, schema, lambda current: current.join(keys, on(current), "left_semi"))
         older = _read(spark, affected, schema)
         kept = older.join(keys, on(older), "left_anti")
         return Rewrite(tuple(affected.values()), kept.unionByName(rows))
     assert isinstance(mode, Merge)
-    columns = _columns(mode.keys, df, schema, "Merge")
-    if mode.delete_column is not None and mode.delete_column not in df.columns:
-        raise ValueError(f"Merge delete_column {mode.delete_column!r} is not a column of the data")
-    if df.groupBy(*columns).count().filter("count > 1").limit(1).count():
-        raise ValueError(f"the data for Merge has several rows with the same keys {list(columns)}")
-    keys = df.select(*columns)
-    affected = _files_where(spark, files, schema, lambda current: current.join(keys, list(columns), "left_semi"))
-    kept = _read(spark, affected, schema).join(keys, list(columns), "left_anti")
+    columns = list(mode.keys)
+    duplicate = df.groupBy(*columns).count().filter(F.col("count") > 1).limit(1).collect()
+    if duplicate:
+        key = {k: duplicate[0][k] for k in columns}
+        raise ValueError(
+            f"Merge into {table!r}: the data holds more than one row for key {key}; each key may occur once "
+            "(deduplicate before returning it, nothing was written)"
+        )
+    keys = df.select(*[F.col(f"`{k}`") for k in columns]).distinct()
+    # SQL equality on the keys, as Delta MERGE: a NULL key never matches
+    affected = _files_where(spark, files, schema, lambda current: current.join(keys, columns, "left_semi"))
+    kept = _read(spark, affected, schema).join(keys, columns, "left_anti")
     upserts = df if mode.delete_column is None else df.filter(~F.coalesce(F.col(mode.delete_column), F.lit(False)))
     return Rewrite(tuple(affected.values()), kept.unionByName(aligned(upserts, schema, mode)))
 
@@ -232,6 +282,250 @@ def frame(spark: SparkSession, schema: StructType, files: Sequence[str]) -> Data
     if not files:
         return spark.createDataFrame([], schema)
     return spark.read.schema(schema).parquet(*files)
+
+
+class SparkWrittenCatalog(ABC, Generic[H, F, S]):
+    """`Catalog.write` and `append` for a format whose data files Spark writes and whose driver commits them.
+
+    The modes, the schema policies, the tag and every error are this class's; a format supplies its table
+    handle (`_open`), what it finds of an earlier commit of a tag (`_tagged_snapshot`), the table's schema and
+    its data files (`_table_schema`, `_live_files`), what it does before the data is written (`_prepare`:
+    create the table, commit added columns), how Spark's files are written and described (`_write_files`) and
+    the one commit (`_commit`).
+    """
+
+    format: ClassVar[str]
+    _format_name: ClassVar[str]  # for errors: "a Delta", "an Iceberg", ...
+    _unstorable: ClassVar[frozenset[str]] = UNSTORABLE
+    _commit_failpoint: ClassVar[str] = "after_table_commit"
+
+    @abstractmethod
+    def location(self, table: str) -> str:
+        """The storage location of `table`; ValueError for a malformed name."""
+
+    def append(self, spark: SparkSession, df: DataFrame, table: str) -> int:
+        """Commit `df` as new rows of `table`, untagged (root tables, ingestion, tests); returns the snapshot id.
+
+        Raises:
+            SchemaMismatch: the DataFrame's schema differs from the table's.
+
+        Example:
+            catalog.append(spark, spark.createDataFrame([(1, "a")], "id long, name string"), "lake.raw.orders")
+        """
+        return self.write(spark, df, table, mode="append")
+
+    def write(
+        self,
+        spark: SparkSession,
+        df: DataFrame,
+        table: str,
+        *,
+        mode: WriteMode | ModeName,
+        app_id: str | None = None,
+        barrier: int | None = None,
+        metadata: Mapping[str, str] | None = None,
+    ) -> int:
+        """Apply `df` to `table` with `mode` in one data commit (see `Catalog.write` for the modes and schema
+        policies, alike in every format); returns the snapshot id holding the data.
+
+        Spark's executors write the data files (and run the checks and the copy-on-write plans); the driver
+        commits the files the write adds and those it removes as one snapshot, tagged with `(app_id, barrier)`
+        when given. A tagged write whose commit the table already holds returns that snapshot and writes
+        nothing. A `schema="merge"` write that adds columns may first make a schema-only change (Delta: a
+        version tagged `metaservice.schema_for_barrier`).
+
+        Args:
+            spark: the session running the write.
+            df: the rows.
+            table: `catalog.database.table`; created by the first write.
+            mode: a `spark_client.modes` mode or "append" / "overwrite".
+            app_id: the job id the commit is tagged with.
+            barrier: the barrier the commit is tagged with; given together with `app_id`.
+            metadata: more commit properties (`metaservice.barrier`, `.job_id`, `.write_id`, … are reserved).
+
+        Returns:
+            The snapshot id holding the data.
+
+        Raises:
+            SchemaMismatch: the data's schema does not fit the table's under the mode's schema policy.
+            UnsupportedTable: a table this catalog cannot write exactly.
+            ValueError: bad arguments (an unknown mode, a tag without its barrier, reserved metadata keys), a
+                type the format cannot store, key/partition/delete columns the data lacks, a delete column that
+                is not boolean, rows outside a `ReplaceWhere` predicate, duplicate `Merge` keys. Nothing is
+                written in any of these cases.
+            TypeError: `mode` is neither a mode object nor a shorthand.
+
+        Example:
+            from spark_client.modes import Merge
+            snapshot = catalog.write(spark, df, "lake.mart.customers", mode=Merge(keys=("customer_id",)),
+                                     app_id="dims", barrier=1042)
+        """
+        write_mode = as_mode(mode, sink=table)
+        check_tag(app_id, barrier, metadata)
+        self.location(table)  # the name, checked before anything is read
+        self._check_mode(table, write_mode)
+        check_columns(table, df, write_mode)
+        stored = data_schema(df, write_mode, table=table, unstorable=self._unstorable, format_name=self._format_name)
+        handle = self._open(table)
+        schema = stored
+        added: list[StructField] = []
+        files: Mapping[str, F] = {}
+        if handle is not None:
+            if app_id is not None and barrier is not None:
+                done = self._tagged_snapshot(handle, app_id=app_id, barrier=barrier)
+                if done is not None:
+                    logger.info("%s holds %s's barrier %d already: snapshot %d", table, app_id, barrier, done)
+                    return done
+            self._check_writable(table, handle)
+            schema, added = resolve_schema(table, self._table_schema(handle), stored, write_mode)
+            if isinstance(write_mode, ReplaceWhere | OverwritePartitions | Merge):
+                files = self._live_files(table, handle)
+        plan = plan_rewrite(spark, df, write_mode, table=table, files=sorted(files), schema=schema)
+        write = PendingWrite(
+            spark, table, write_mode, schema, tuple(added), uuid.uuid4().hex, app_id, barrier, dict(metadata or {})
+        )
+        handle = self._prepare(write, handle)
+        staged = self._write_files(write, handle, plan.data)
+        _failpoints.hit("after_files_written")
+        removed = [files[path] for path in plan.removed]
+        snapshot = self._commit(write, handle, staged, removed)
+        logger.debug(
+            "%s: %s removed %d file(s) (write %s): snapshot %d",
+            table,
+            write_mode,
+            len(removed),
+            write.write_id,
+            snapshot,
+        )
+        if app_id is not None:
+            _failpoints.hit(self._commit_failpoint)
+        return snapshot
+
+    def vacuum(
+        self,
+        table: str,
+        client: MetaServiceClient,
+        *,
+        min_orphan_age_seconds: float = 3600,
+        dry_run: bool = False,
+    ) -> list[str]:
+        """Remove what no protected snapshot of `table` needs; returns the paths removed (or, with `dry_run`,
+        that would be). The policy (`spark_client.catalog._retention`) is the same for every format: snapshots
+        older than MetaService's oldest protected one (and the format's own protections) are expired, files only
+        they referenced are deleted, and files no snapshot ever referenced only once older than
+        `min_orphan_age_seconds` (a write in progress is never touched). A table that does not exist: nothing.
+
+        Example:
+            deleted = catalog.vacuum("lake.mart.orders_enriched", client)
+        """
+        newest = self.latest_snapshot(table)
+        if newest is None:
+            return []
+        lowest = _retention.floor(client, table, newest, self._own_protected(table))
+        storage = self._storage(table, lowest)
+        doomed = _retention.doomed(storage, min_orphan_age_seconds=min_orphan_age_seconds)
+        if not dry_run:
+            _retention.apply(storage, doomed)
+        return sorted(doomed)
+
+    @abstractmethod
+    def latest_snapshot(self, table: str) -> int | None:
+        """The newest snapshot id of `table`, or None when there is none."""
+
+    def _own_protected(self, table: str) -> int | None:
+        """The oldest snapshot the format itself protects (beyond MetaService's answer), if any."""
+        del table
+        return None
+
+    @abstractmethod
+    def _storage(self, table: str, floor: int) -> _retention.Storage:
+        """What the snapshots from `floor` on reference, what every snapshot references, what lies in storage,
+        and how the format expires the snapshots below `floor` (see `_retention.Storage`)."""
+
+    def _check_mode(self, table: str, mode: WriteMode) -> None:
+        """Refuse a mode or schema policy the format cannot apply (ValueError); all are fine by default."""
+        del table, mode
+
+    def _check_writable(self, table: str, handle: H) -> None:
+        """Refuse a table this catalog cannot write exactly (UnsupportedTable); all are fine by default."""
+        del table, handle
+
+    @abstractmethod
+    def _open(self, table: str) -> H | None:
+        """The table's handle at its newest snapshot, or None when it does not exist."""
+
+    @abstractmethod
+    def _tagged_snapshot(self, handle: H, *, app_id: str, barrier: int) -> int | None:
+        """The live snapshot `app_id` committed for `barrier`, if any."""
+
+    @abstractmethod
+    def _table_schema(self, handle: H) -> StructType:
+        """The table's current schema as Spark sees it."""
+
+    @abstractmethod
+    def _live_files(self, table: str, handle: H) -> Mapping[str, F]:
+        """The data files of the current snapshot: path Spark reads it by → what the commit needs to remove it."""
+
+    @abstractmethod
+    def _prepare(self, write: PendingWrite, handle: H | None) -> H | None:
+        """What comes before the data files: create the table, add the columns `write.added` (a schema-only
+        commit with `write.schema_properties` where the format makes one). Returns the handle to write for."""
+
+    @abstractmethod
+    def _write_files(self, write: PendingWrite, handle: H | None, data: DataFrame) -> S:
+        """Let Spark write `data` as new data files of the table (into a fresh directory); describe them."""
+
+    @abstractmethod
+    def _commit(self, write: PendingWrite, handle: H | None, staged: S, removed: list[F]) -> int:
+        """One snapshot adding the `staged` files and removing `removed` (every file the table holds when
+        `write.replaces_all`), with `write.properties` and the tag; returns its snapshot id."""
+
+
+@dataclass(frozen=True)
+class PendingWrite:
+    """One write on its way to its commit, as the format's steps see it.
+
+    Attributes:
+        spark: the session running it.
+        table: the table written.
+        mode: the write mode.
+        schema: the table's schema after the commit.
+        added: the columns a `schema="merge"` write adds to an existing table.
+        write_id: this write's id (also in `properties`); names its data directory.
+        app_id: the job of the tag, or None.
+        barrier: the barrier of the tag, or None.
+        metadata: the caller's extra commit properties.
+    """
+
+    spark: SparkSession
+    table: str
+    mode: WriteMode
+    schema: StructType
+    added: tuple[StructField, ...]
+    write_id: str
+    app_id: str | None
+    barrier: int | None
+    metadata: Mapping[str, str]
+
+    @property
+    def tag(self) -> tuple[str, int] | None:
+        """`(app_id, barrier)`, or None for an untagged write."""
+        return (self.app_id, self.barrier) if self.app_id is not None and self.barrier is not None else None
+
+    @property
+    def replaces_all(self) -> bool:
+        """A whole-table `Overwrite`: the commit removes every file the table holds."""
+        return isinstance(self.mode, Overwrite)
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """Properties of the data commit: the metadata, the write id and the tag."""
+        return commit_properties(self.write_id, self.app_id, self.barrier, self.metadata)
+
+    @property
+    def schema_properties(self) -> dict[str, str]:
+        """Properties of a schema-only commit made ahead of the data (tagged for the write's barrier)."""
+        return schema_properties(self.app_id, self.barrier, self.metadata)
 
 
 @contextmanager
@@ -279,15 +573,6 @@ def local_path(uri: str) -> str:
     if parsed.scheme in ("", "file"):
         return os.path.normpath(unquote(parsed.path))
     return uri
-
-
-def _columns(columns: Sequence[str], df: DataFrame, schema: StructType, mode: str) -> list[str]:
-    if not columns:
-        raise ValueError(f"{mode} needs at least one column")
-    missing = sorted((set(columns) - set(df.columns)) | (set(columns) - set(schema.fieldNames())))
-    if missing:
-        raise ValueError(f"{mode} columns {missing} are not columns of both the data and the table")
-    return list(columns)
 
 
 def _null_safe(columns: Sequence[str], keys: DataFrame) -> Callable[[DataFrame], Column]:

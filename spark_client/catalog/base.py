@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    import pyarrow.dataset as pads
     from pyspark.sql import DataFrame, SparkSession
 
     from spark_client._http import MetaServiceClient
@@ -18,12 +19,42 @@ class SchemaMismatch(ValueError):
 
     Attributes:
         table: the table written to.
-        columns: one entry per differing column: `"<name>: table <type>, data <type>"`.
+        columns: one entry per differing column: `"<name>: table <type>, data <type>"` (`missing` on the side
+            that lacks the column).
+        hint: what to write instead: the `schema=` policy of the write mode (or a cast) that fits the difference.
     """
 
     def __init__(self, table: str, columns: Sequence[str]) -> None:
-        super().__init__(f"the data does not match the schema of {table!r}: {'; '.join(columns)}")
         self.table, self.columns = table, tuple(columns)
+        self.hint = schema_hint(self.columns)
+        super().__init__(f"the data does not match the schema of {table!r}: {'; '.join(columns)}. {self.hint}")
+
+
+def schema_hint(columns: Sequence[str]) -> str:
+    """The `schema=` choice (or the cast) that resolves the differing `columns` of a `SchemaMismatch`."""
+    added = [c.split(":")[0] for c in columns if ": table missing," in c]
+    dropped = [c.split(":")[0] for c in columns if c.endswith(", data missing")]
+    retyped = [c.split(":")[0] for c in columns if c.split(":")[0] not in {*added, *dropped}]
+    hints = []
+    if added or dropped:
+        what = " and ".join(
+            part
+            for part in (
+                f"add the new columns {added}" if added else "",
+                f"write the missing columns {dropped} as NULL" if dropped else "",
+            )
+            if part
+        )
+        hints.append(f"to {what}, write with schema='merge' (e.g. Append(schema='merge'), Merge(keys, schema='merge'))")
+    if retyped:
+        hints.append(
+            f"cast {retyped} to the table's types in the transform, or replace the table's schema with a "
+            "whole-table Overwrite(schema='overwrite')"
+        )
+    if not hints:
+        hints.append("write with schema='merge' or, for a whole-table Overwrite, schema='overwrite'")
+    text = "; ".join(hints)
+    return text[0].upper() + text[1:] + "; nothing was written"
 
 
 class NotAppendOnly(ValueError):
@@ -153,7 +184,8 @@ class Catalog(Protocol):
     ) -> int:
         """Apply `df` to `table` with `mode` in one data commit, tagged with `(app_id, barrier)` when given;
         returns the new snapshot id. A tagged write whose commit is already in the table returns that snapshot
-        and writes nothing.
+        and writes nothing. Delta, Iceberg and Paimon share one implementation of the modes, schema policies
+        and errors (`spark_client.catalog._writes.SparkWrittenCatalog`).
 
         The modes (`spark_client.modes`) every format implements alike, all at Spark scale (executors read,
         join and write; the driver commits file lists and may collect only small things such as file names):
@@ -163,11 +195,12 @@ class Catalog(Protocol):
         (NULL equal to NULL) occur in the data, on the column values (the table need not be partitioned);
         `Merge(keys, delete_column)` replaces rows whose keys occur in the data (SQL equality: NULL keys
         never match) and adds the others, a true `delete_column` deletes instead and is not stored; data with
-        duplicate keys is refused (ValueError). Schema policies: "strict" (same columns and types, by name;
-        `SchemaMismatch`), "merge" (new columns are added, nullable; missing ones are written as NULL; types
-        must match) and "overwrite" (only with `Overwrite`: the data's schema replaces the table's). A schema
-        change needed by "merge" may be its own commit before the data commit, tagged like it
-        (`CommitRecord(kind="schema")`)."""
+        duplicate keys is refused (ValueError), and so is a `delete_column` that is not boolean; key, partition
+        and delete columns the data lacks are ValueErrors too. Schema policies: "strict" (same columns and
+        types, by name; `SchemaMismatch`), "merge" (new columns are added, nullable; missing ones are written
+        as NULL; types must match) and "overwrite" (only with `Overwrite`: the data's schema replaces the
+        table's). A schema change needed by "merge" may be its own commit before the data commit, tagged like
+        it (`CommitRecord(kind="schema")`)."""
         ...
 
     def restore(self, table: str, snapshot_id: int | None, *, metadata: Mapping[str, str] | None = None) -> int:
@@ -197,4 +230,9 @@ class Catalog(Protocol):
 
     def committed_snapshot(self, table: str, *, app_id: str, barrier: int) -> int | None:
         """The snapshot `app_id` already committed for `barrier` (a run that crashed before reporting it)."""
+        ...
+
+    def arrow_dataset(self, table: str, snapshot_id: int) -> pads.Dataset:
+        """`table` exactly as of `snapshot_id` as a pyarrow Dataset, read without Spark by the format's own
+        library (DuckDB, Polars, pandas read it; `consistent_arrow` opens every table this way)."""
         ...

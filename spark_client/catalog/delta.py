@@ -15,7 +15,6 @@ import itertools
 import json
 import logging
 import os
-import re
 import time
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
@@ -23,44 +22,39 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-import pyarrow.parquet as pq
-from deltalake import CommitProperties, DeltaTable, Transaction
-from deltalake import Field as DeltaField
-from deltalake import Schema as DeltaSchema
-from deltalake.exceptions import TableNotFoundError
-from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+from deltalake import DeltaTable  # the `delta` extra: importing DeltaCatalog without it names the extra
 
-from spark_client import _failpoints
+from spark_client.catalog import _retention, _writes
 from spark_client.catalog._writes import (
     BARRIER_KEY,
     JOB_KEY,
-    RESERVED_KEYS,
+    NEW_DIRECTORY,
+    NO_SUCCESS_MARKER,
     RESTORES_KEY,
     SCHEMA_KEY,
     WRITE_KEY,
+    PendingWrite,
+    SparkWrittenCatalog,
     _int_or_none,
-    aligned,
-    data_schema,
     frame,
     local_path,
     local_root,
 )
-from spark_client.catalog.base import CommitKind, CommitRecord, NotAppendOnly, SchemaMismatch, UnsupportedTable
-from spark_client.modes import Append, Merge, ModeName, Overwrite, OverwritePartitions, ReplaceWhere, WriteMode, as_mode
+from spark_client.catalog.base import CommitKind, CommitRecord, NotAppendOnly, UnsupportedTable
+from spark_client.modes import Append
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
-    from pyspark.sql.types import StructField, StructType
-
-    from spark_client._http import MetaServiceClient
-    from spark_client.modes import ModeName, WriteMode
+    import pyarrow.dataset as pads
+    import pyarrow.parquet as pq
+    from deltalake.transaction import AddAction
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 logger = logging.getLogger("spark_client.catalog")
 
-_RESERVED_KEYS = RESERVED_KEYS
 # Delta operations that never change which rows the table holds (compaction, maintenance, properties).
 _ROW_NEUTRAL_OPERATIONS = frozenset(
     {
@@ -79,16 +73,9 @@ _ROW_NEUTRAL_OPERATIONS = frozenset(
         "ADD COLUMNS",
     }
 )
-_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}")
 _DATA_DIR = "data"  # each write gets <table>/data/<write id>/; the log holds paths relative to the table
-_FILE_COLUMN = "__metaservice_source_file"  # which file a row of the target came from
-_NO_SUCCESS_MARKER = "mapreduce.fileoutputcommitter.marksuccessfuljobs"
 _STRING_STATS_CHARS = 32  # like Delta Spark: longer values only get a (truncated, still valid) minimum
 _UNREADABLE_FEATURES = frozenset({"deletionVectors", "columnMapping"})  # a file list alone would be wrong
-_UNSTORABLE_TYPES = frozenset(  # Spark type names the Delta protocol (or delta-rs) has no type for
-    {"void", "interval", "daytimeinterval", "yearmonthinterval", "time", "variant", "geometry", "geography"}
-    | {"char", "varchar"}
-)
 
 
 @dataclass(frozen=True)
@@ -130,7 +117,10 @@ class DeltaCommit:
         )
 
 
-class DeltaCatalog:
+_LiveFile = tuple[str, int | None]  # a data file as the log holds it: (path relative to the table, size)
+
+
+class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]"]):
     """Delta tables under one warehouse root: `lake.sales.orders` lives at `<root>/lake/sales/orders`.
 
     Snapshot ids are Delta versions. The first write creates the table (version 0) with the DataFrame's
@@ -145,7 +135,9 @@ class DeltaCatalog:
         catalog.read_at(spark, "lake.raw.orders", version).count()
     """
 
-    format: str = "delta"
+    format = "delta"
+    _format_name = "a Delta"
+    _commit_failpoint = "after_delta_commit"
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = local_root(root, what="a Delta lake root")
@@ -168,10 +160,7 @@ class DeltaCatalog:
         Example:
             DeltaCatalog("/data/lake").location("lake.sales.orders")   # "/data/lake/lake/sales/orders"
         """
-        parts = table.split(".")
-        if len(parts) != 3 or not all(_PART.fullmatch(p) for p in parts):
-            raise ValueError(f"table names are catalog.database.table with parts {_PART.pattern}: {table!r}")
-        return os.path.join(self.root, *parts)
+        return os.path.join(self.root, *_writes.split_name(table))
 
     def latest_snapshot(self, table: str) -> int | None:
         """The newest Delta version of `table`.
@@ -184,120 +173,6 @@ class DeltaCatalog:
         """
         delta = self._open(table)
         return None if delta is None else delta.version()
-
-    def append(self, spark: SparkSession, df: DataFrame, table: str) -> int:
-        """Commit `df` as new rows of `table`, untagged (root tables, ingestion, tests).
-
-        Returns:
-            The new Delta version.
-
-        Raises:
-            SchemaMismatch: the DataFrame's schema differs from the table's.
-
-        Example:
-            df = spark.createDataFrame([(1, "a")], "id long, name string")
-            catalog.append(spark, df, "lake.raw.orders")
-        """
-        return self.write(spark, df, table, mode="append")
-
-    def write(
-        self,
-        spark: SparkSession,
-        df: DataFrame,
-        table: str,
-        *,
-        mode: WriteMode | ModeName,
-        app_id: str | None = None,
-        barrier: int | None = None,
-        metadata: Mapping[str, str] | None = None,
-    ) -> int:
-        """Apply `df` to `table` with `mode`: Spark writes parquet files into the table directory, then the
-        driver commits them to the log in one commit (with the files the mode replaces as remove actions).
-
-        The data is written once, by the executors. `ReplaceWhere`, `OverwritePartitions` and `Merge` are Spark
-        jobs too: the table is read at its newest version, the files holding rows to replace are found (only
-        their names reach the driver), and the rows of those files that stay are written again together with
-        the new rows; the commit removes the old files and adds the new ones. A tagged write is idempotent:
-        when the log already holds this job's commit for `barrier` (and no restore came after it), that
-        version is returned and nothing is written, like Delta Spark's `txnAppId`/`txnVersion` options.
-
-        Modes and schema policies are described in `spark_client.modes` and `Catalog.write`. With
-        `schema="merge"` and new columns, a mode other than `Overwrite` first commits the new columns (one
-        schema-only version tagged `metaservice.schema_for_barrier`), then the data.
-
-        Args:
-            spark: the session (the DataFrame carries its own; kept for catalogs that need one).
-            df: the rows to write.
-            table: `catalog.database.table`; created by the first write.
-            mode: a `spark_client.modes` object, or "append" / "overwrite".
-            app_id: the job id, stored as the commit's app transaction id.
-            barrier: the barrier, stored as the app transaction version; given together with `app_id`.
-            metadata: more commit metadata (keys `metaservice.barrier`, `.job_id`, `.write_id`, ... are reserved).
-
-        Returns:
-            The Delta version holding the data.
-
-        Raises:
-            SchemaMismatch: the DataFrame's schema differs from the table's as the policy forbids; nothing is
-                written.
-            ValueError: bad arguments, a column type Delta cannot store, rows outside a `ReplaceWhere`
-                predicate, duplicate `Merge` keys, or key/partition/delete columns the data lacks.
-
-        Example:
-            version = catalog.write(spark, df, "lake.mart.orders_enriched", mode=Merge(keys=("order_id",)),
-                                    app_id="enrich", barrier=1042)
-        """
-        del spark
-        write_mode = as_mode(mode, sink=table)
-        if (app_id is None) != (barrier is None):
-            raise ValueError("app_id and barrier tag a commit together: give both or neither")
-        if reserved := sorted(_RESERVED_KEYS & set(metadata or {})):
-            raise ValueError(f"commit metadata keys {reserved} are set by the catalog")
-        location = self.location(table)
-        delta = self._open(table)
-        if delta is not None and app_id is not None and barrier is not None:
-            done = _tagged_version(location, delta, app_id=app_id, barrier=barrier)
-            if done is not None:
-                logger.info("%s holds %s's barrier %d already: version %d", table, app_id, barrier, done)
-                return done
-
-        plan = _plan_write(table, delta, df, write_mode)
-        write_id = uuid.uuid4().hex
-        custom: dict[str, Any] = {**(metadata or {}), WRITE_KEY: write_id}
-        if plan.new_columns and delta is not None and not isinstance(write_mode, Overwrite):
-            schema_tags = {SCHEMA_KEY: str(barrier), JOB_KEY: app_id} if app_id is not None else {}
-            delta.alter.add_columns(
-                [DeltaField.from_json(f.json()) for f in plan.new_columns],
-                commit_properties=CommitProperties(custom_metadata={**(metadata or {}), **schema_tags}),
-            )
-            delta = DeltaTable(location)
-            logger.info("%s: added columns %s", table, [f.name for f in plan.new_columns])
-
-        relative = f"{_DATA_DIR}/{write_id}"
-        staging = os.path.join(location, relative)
-        plan.frame.write.mode("errorifexists").option(_NO_SUCCESS_MARKER, "false").parquet(staging)
-        _failpoints.hit("after_files_written")
-
-        actions = _add_actions(staging, relative, plan.schema)
-        transactions = None
-        if app_id is not None and barrier is not None:
-            custom.update({BARRIER_KEY: str(barrier), JOB_KEY: app_id})
-            transactions = [Transaction(app_id, barrier, int(time.time() * 1000))]
-        properties = CommitProperties(custom_metadata=custom, app_transactions=transactions)
-        commit_mode: Literal["append", "overwrite"] = "overwrite" if isinstance(write_mode, Overwrite) else "append"
-        version = self._commit(table, delta, plan, actions, commit_mode, properties, write_id)
-        logger.debug(
-            "%s: %s of %d file(s), %d removed (write %s) is version %d",
-            table,
-            type(write_mode).__name__,
-            len(actions),
-            len(plan.removed),
-            write_id,
-            version,
-        )
-        if app_id is not None:
-            _failpoints.hit("after_delta_commit")
-        return version
 
     def commits_after(self, table: str, snapshot_id: int | None) -> list[CommitRecord]:
         """The commits of `table` after version `snapshot_id` (all when None), newest first, with their tags.
@@ -419,6 +294,8 @@ class DeltaCatalog:
         Example:
             catalog.restore("lake.mart.orders_enriched", 4)
         """
+        from deltalake import CommitProperties
+
         location, write_id = self.location(table), uuid.uuid4().hex
         delta = DeltaTable(location)
         read_version = delta.version()
@@ -432,49 +309,35 @@ class DeltaCatalog:
             delta.restore(snapshot_id, commit_properties=CommitProperties(custom_metadata=custom))
         return _own_version(location, read_version=read_version, write_id=write_id)
 
-    def vacuum(
-        self,
-        table: str,
-        client: MetaServiceClient,
-        *,
-        min_orphan_age_seconds: float = 3600,
-        dry_run: bool = False,
-    ) -> list[str]:
-        """Delete data files no protected version of `table` needs; returns the paths deleted (or to delete).
-
-        MetaService names the oldest protected snapshot (in-flight job inputs, live leases, the strong
-        version, the newest). Every file of every version from that one to the newest is kept. Files no
-        version references (a write that crashed before its log commit) are deleted only when older than
-        `min_orphan_age_seconds`, so a write in progress is never touched.
-
-        Example:
-            deleted = catalog.vacuum("lake.mart.orders_enriched", client)
-        """
+    def _storage(self, table: str, floor: int) -> _retention.Storage:
+        """Every file of every version from `floor` to the newest stays; the log itself is never touched."""
         location = self.location(table)
         newest = DeltaTable(location).version()
-        oldest = client.retention(table).oldest_protected_snapshot_id
-        floor = newest if oldest is None else min(int(oldest), newest)
         keep: set[str] = set()
         for version in range(floor, newest + 1):
             keep.update(os.path.normpath(p) for p in DeltaTable(location, version=version).file_uris())
         ever = {os.path.normpath(os.path.join(location, a["path"])) for a in _all_add_paths(location)}
-        cutoff = time.time() - min_orphan_age_seconds
-        doomed = []
-        for root, _dirs, files in os.walk(location):
-            if "_delta_log" in root.split(os.sep):
-                continue
-            for name in files:
-                path = os.path.normpath(os.path.join(root, name))
-                if not name.endswith(".parquet") or path in keep:
-                    continue
-                if path in ever or os.stat(path).st_mtime < cutoff:
-                    doomed.append(path)
-        if not dry_run:
-            for path in doomed:
-                os.remove(path)
-        return sorted(doomed)
+        files = [
+            os.path.normpath(os.path.join(root, name))
+            for root, _dirs, names in os.walk(location)
+            if "_delta_log" not in root.split(os.sep)
+            for name in names
+            if name.endswith(".parquet")
+        ]
+        return _retention.Storage(files=files, live=keep, ever=ever)
+
+    def arrow_dataset(self, table: str, snapshot_id: int) -> pads.Dataset:
+        """The table at version `snapshot_id` as a pyarrow Dataset, opened by deltalake (no Spark).
+
+        Example:
+            ds = catalog.arrow_dataset("lake.raw.orders", 12)
+        """
+        dataset: pads.Dataset = DeltaTable(self.location(table), version=snapshot_id).to_pyarrow_dataset()
+        return dataset
 
     def _open(self, table: str) -> DeltaTable | None:
+        from deltalake.exceptions import TableNotFoundError
+
         try:
             return DeltaTable(self.location(table))
         except TableNotFoundError:
@@ -488,39 +351,82 @@ class DeltaCatalog:
             raise UnsupportedTable(f"{table!r} uses {', '.join(what)}; this catalog reads unpartitioned plain tables")
         return delta
 
+    # The write steps (`SparkWrittenCatalog.write` runs them): Spark writes parquet files into a fresh directory
+    # <table>/data/<write id>/, the driver commits exactly those files to the log (with the files the mode
+    # replaces as remove actions) and an app transaction (txnAppId = job id, txnVersion = barrier).
+
+    def _tagged_snapshot(self, handle: DeltaTable, *, app_id: str, barrier: int) -> int | None:
+        return _tagged_version(local_path(handle.table_uri), handle, app_id=app_id, barrier=barrier)
+
+    def _table_schema(self, handle: DeltaTable) -> StructType:
+        return _spark_schema(handle)
+
+    def _live_files(self, table: str, handle: DeltaTable) -> dict[str, _LiveFile]:
+        del table
+        return _live_files(handle)
+
+    def _prepare(self, write: PendingWrite, handle: DeltaTable | None) -> DeltaTable | None:
+        """New columns of a `schema="merge"` write are their own version (tagged `metaservice.schema_for_barrier`)
+        before the data; an `Overwrite` carries the new schema in its own commit. A new table is created by the
+        data commit."""
+        if handle is None or not write.added or write.replaces_all:
+            return handle
+        from deltalake import CommitProperties
+        from deltalake import Field as DeltaField
+
+        handle.alter.add_columns(
+            [DeltaField.from_json(f.json()) for f in write.added],
+            commit_properties=CommitProperties(custom_metadata=write.schema_properties),
+        )
+        logger.info("%s: added columns %s", write.table, [f.name for f in write.added])
+        return DeltaTable(self.location(write.table))
+
+    def _write_files(self, write: PendingWrite, handle: DeltaTable | None, data: DataFrame) -> list[AddAction]:
+        del handle
+        relative = f"{_DATA_DIR}/{write.write_id}"
+        staging = os.path.join(self.location(write.table), relative)
+        data.write.mode(NEW_DIRECTORY).option(NO_SUCCESS_MARKER, "false").parquet(staging)
+        return _add_actions(staging, relative, write.schema)
+
     def _commit(
-        self,
-        table: str,
-        delta: DeltaTable | None,
-        plan: _WritePlan,
-        actions: list[AddAction],
-        mode: Literal["append", "overwrite"],
-        properties: CommitProperties,
-        write_id: str,
+        self, write: PendingWrite, handle: DeltaTable | None, staged: list[AddAction], removed: list[_LiveFile]
     ) -> int:
-        """One Delta commit of `actions` (and the plan's removes), creating the table if need be; its version."""
-        location = self.location(table)
+        """One Delta commit of the added files (and the plan's removes), creating the table if need be."""
+        from deltalake import CommitProperties, Transaction
+        from deltalake import Schema as DeltaSchema
+        from deltalake.transaction import AddAction, RemoveAction, create_table_with_add_actions
+
+        transactions = None
+        if write.tag is not None:
+            transactions = [Transaction(*write.tag, int(time.time() * 1000))]
+        properties = CommitProperties(custom_metadata=write.properties, app_transactions=transactions)
+        location = self.location(write.table)
+        delta = handle
         if delta is None:
             with _creation_lock(location):
-                delta = self._open(table)
+                delta = self._open(write.table)
                 if delta is None:
                     create_table_with_add_actions(
                         location,
-                        DeltaSchema.from_json(plan.schema.json()),
-                        actions,
+                        DeltaSchema.from_json(write.schema.json()),
+                        staged,
                         mode="error",
                         commit_properties=properties,
                     )
-                    return _own_version(location, read_version=-1, write_id=write_id)
-            _check_schema(table, delta, plan.schema)  # another writer created it meanwhile: commit on top
+                    return _own_version(location, read_version=-1, write_id=write.write_id)
+            # another writer created it meanwhile: commit on top when the schemas are the same
+            _writes.resolve_schema(write.table, _spark_schema(delta), write.schema, Append())
         read_version = delta.version()
         now = int(time.time() * 1000)
-        removes = [RemoveAction(path, True, now, size, {}) for path, size in plan.removed]
-        schema = DeltaSchema.from_json(plan.schema.json()) if mode == "overwrite" else delta.schema()
+        removes = [RemoveAction(path, True, now, size, {}) for path, size in removed]
+        schema = DeltaSchema.from_json(write.schema.json()) if write.replaces_all else delta.schema()
         delta.create_write_transaction(
-            list[AddAction | RemoveAction]([*actions, *removes]), mode, schema, commit_properties=properties
+            list[AddAction | RemoveAction]([*staged, *removes]),
+            "overwrite" if write.replaces_all else "append",
+            schema,
+            commit_properties=properties,
         )
-        return _own_version(location, read_version=read_version, write_id=write_id)
+        return _own_version(location, read_version=read_version, write_id=write.write_id)
 
 
 @contextmanager
@@ -577,140 +483,6 @@ def _record(info: Mapping[str, Any]) -> CommitRecord:
     return CommitRecord(version, kind, job_id=job, barrier=_int_or_none(info.get(BARRIER_KEY)))
 
 
-@dataclass(frozen=True)
-class _WritePlan:
-    """What one write commits: the rows Spark writes, the table's schema after the commit, the columns a
-    `schema="merge"` write adds, and the files (log path, size) the commit removes."""
-
-    frame: DataFrame
-    schema: StructType
-    new_columns: list[StructField]
-    removed: list[tuple[str, int | None]]
-
-
-def _plan_write(table: str, delta: DeltaTable | None, df: DataFrame, mode: WriteMode) -> _WritePlan:
-    """Check `df` against the table and the mode, and build the Spark plan of the rows to write.
-
-    Nothing here runs on the driver but the checks (one `limit(1)` job each) and the collection of the names of
-    the files holding rows to replace.
-    """
-    from pyspark.sql import functions as F
-
-    _check_columns(table, df, mode)
-    data = df.drop(mode.delete_column) if isinstance(mode, Merge) and mode.delete_column else df
-    stored = data_schema(df, mode, table=table, unstorable=_UNSTORABLE_TYPES, format_name="a Delta")
-    new_columns: list[StructField] = []
-    if delta is None:
-        schema = stored
-    else:
-        schema, new_columns = _evolve(table, _spark_schema(delta), stored, mode.schema)
-    rows = aligned(data, schema)
-
-    if isinstance(mode, ReplaceWhere):
-        replaced = F.coalesce(F.expr(mode.predicate), F.lit(False))
-        if rows.filter(~replaced).limit(1).count():
-            raise ValueError(
-                f"ReplaceWhere on {table!r}: the data holds rows for which {mode.predicate!r} is not true; every "
-                "row written must match the predicate (nothing was written)"
-            )
-    if isinstance(mode, Merge):
-        duplicate = df.groupBy(*mode.keys).count().filter(F.col("count") > 1).limit(1).collect()
-        if duplicate:
-            key = {k: duplicate[0][k] for k in mode.keys}
-            raise ValueError(
-                f"Merge into {table!r}: the data holds more than one row for key {key}; each key may occur once "
-                "(deduplicate before returning it, nothing was written)"
-            )
-        if mode.delete_column:
-            deleted = F.coalesce(F.col(f"`{mode.delete_column}`"), F.lit(False))
-            rows = aligned(df.filter(~deleted).drop(mode.delete_column), schema)
-
-    if delta is None or isinstance(mode, Append | Overwrite):
-        return _WritePlan(rows, schema, new_columns, [])
-
-    live = _live_files(delta)
-    if not live:
-        return _WritePlan(rows, schema, new_columns, [])
-    spark = df.sparkSession
-    target = spark.read.schema(schema).parquet(*live).withColumn(_FILE_COLUMN, F.col("_metadata.file_path"))
-
-    def touched_files(hits: DataFrame) -> list[str]:
-        names = hits.select(_FILE_COLUMN).distinct().collect()
-        return sorted({local_path(r[0]) for r in names})
-
-    if isinstance(mode, ReplaceWhere):
-        files = touched_files(target.filter(replaced))
-        kept = spark.read.schema(schema).parquet(*files).filter(~replaced) if files else None
-    elif isinstance(mode, OverwritePartitions):
-        keys = rows.select(*[F.col(f"`{c}`") for c in mode.columns]).distinct()
-        on = _null_safe_match(target, keys, mode.columns)
-        files = touched_files(target.join(keys, on, "left_semi"))
-        if files:
-            old = spark.read.schema(schema).parquet(*files)
-            kept = old.join(keys, _null_safe_match(old, keys, mode.columns), "left_anti")
-        else:
-            kept = None
-    else:  # Merge: SQL equality on the keys, as Delta MERGE (NULL keys never match)
-        keys = df.select(*[F.col(f"`{k}`") for k in mode.keys]).distinct()
-        files = touched_files(target.join(keys, list(mode.keys), "left_semi"))
-        kept = spark.read.schema(schema).parquet(*files).join(keys, list(mode.keys), "left_anti") if files else None
-    frame = rows if kept is None else rows.unionByName(kept.select(*[f"`{f.name}`" for f in schema.fields]))
-    return _WritePlan(frame, schema, new_columns, [live[f] for f in files])
-
-
-def _check_columns(table: str, df: DataFrame, mode: WriteMode) -> None:
-    """Key, partition and delete columns must be columns of the data."""
-    from pyspark.sql.types import BooleanType
-
-    needed: tuple[str, ...] = ()
-    if isinstance(mode, Merge):
-        needed = mode.keys + ((mode.delete_column,) if mode.delete_column else ())
-    elif isinstance(mode, OverwritePartitions):
-        needed = mode.columns
-    if missing := [c for c in needed if c not in df.columns]:
-        raise ValueError(
-            f"{type(mode).__name__} on {table!r} names columns {missing} the data does not have (columns: {df.columns})"
-        )
-    if isinstance(mode, Merge) and mode.delete_column:
-        kind = df.schema[mode.delete_column].dataType
-        if not isinstance(kind, BooleanType):
-            raise ValueError(
-                f"Merge on {table!r}: delete_column {mode.delete_column!r} must be boolean, it is {kind.simpleString()}"
-            )
-
-
-def _evolve(table: str, current: StructType, data: StructType, policy: str) -> tuple[StructType, list[StructField]]:
-    """The table's schema after a write of `data` under `policy`, and the columns it adds."""
-    from pyspark.sql.types import StructType
-
-    if policy == "overwrite":
-        return data, []
-    have = {f.name: f.dataType.simpleString() for f in current.fields}
-    got = {f.name: f.dataType.simpleString() for f in data.fields}
-    if policy == "strict":
-        _check_fields(table, have, got)
-        return current, []
-    differing = [
-        f"{name}: table {have[name]}, data {got[name]}"
-        for name in sorted(have.keys() & got.keys())
-        if have[name] != got[name]
-    ]
-    if differing:
-        raise SchemaMismatch(table, differing)
-    new = [f for f in data.fields if f.name not in have]
-    return StructType([*current.fields, *new]), new
-
-
-def _null_safe_match(left: DataFrame, right: DataFrame, columns: Sequence[str]) -> Column:
-    """Rows of `left` and `right` agree on `columns`, NULL equal to NULL (a partition value may be NULL)."""
-    condition = None
-    for c in columns:
-        clause = left[c].eqNullSafe(right[c])
-        condition = clause if condition is None else condition & clause
-    assert condition is not None
-    return condition
-
-
 def _live_files(delta: DeltaTable) -> dict[str, tuple[str, int | None]]:
     """Absolute local path → (path as the log holds it, size) for each file of the loaded version."""
     import pyarrow as pa
@@ -754,28 +526,14 @@ def _spark_schema(delta: DeltaTable) -> StructType:
     return StructType.fromJson(json.loads(delta.schema().to_json()))
 
 
-def _check_schema(table: str, delta: DeltaTable, schema: StructType) -> None:
-    """Columns are matched by name (order does not matter); types must be equal, nullability aside."""
-    want = {f.name: f.dataType.simpleString() for f in _spark_schema(delta).fields}
-    _check_fields(table, want, {f.name: f.dataType.simpleString() for f in schema.fields})
-
-
-def _check_fields(table: str, want: Mapping[str, str], got: Mapping[str, str]) -> None:
-    differing = [
-        f"{name}: table {want.get(name, 'missing')}, data {got.get(name, 'missing')}"
-        for name in sorted(want.keys() | got.keys())
-        if want.get(name) != got.get(name)
-    ]
-    if differing:
-        raise SchemaMismatch(table, differing)
-
-
 def _add_actions(staging: str, relative: str, schema: StructType) -> list[AddAction]:
     """One AddAction per non-empty parquet file Spark wrote; everything else in the directory is removed.
 
     Sizes come from the directory listing and row counts and statistics from the parquet footers, so the
     data itself is never read again.
     """
+    from deltalake.transaction import AddAction
+
     entries = sorted(os.scandir(staging), key=lambda e: e.name)
     for entry in entries:
         if entry.name.endswith(".crc") or entry.name == "_SUCCESS":
@@ -805,6 +563,8 @@ def _add_actions(staging: str, relative: str, schema: StructType) -> list[AddAct
 
 
 def _footers(paths: Sequence[str]) -> list[pq.FileMetaData]:
+    import pyarrow.parquet as pq
+
     if len(paths) <= 4:
         return [pq.read_metadata(p) for p in paths]
     with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:

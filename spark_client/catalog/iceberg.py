@@ -16,16 +16,22 @@ from __future__ import annotations
 
 import logging
 import os
-import time
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
-from spark_client import _failpoints
-from spark_client.catalog import _writes
-from spark_client.catalog._writes import BARRIER_KEY, JOB_KEY, NO_SUCCESS_MARKER, WRITE_KEY
+from spark_client.catalog import _retention, _writes
+from spark_client.catalog._writes import (
+    BARRIER_KEY,
+    JOB_KEY,
+    NEW_DIRECTORY,
+    NO_SUCCESS_MARKER,
+    WRITE_KEY,
+    PendingWrite,
+    SparkWrittenCatalog,
+)
 from spark_client.catalog.base import CommitRecord, NotAppendOnly, UnsupportedTable
-from spark_client.modes import Append, ModeName, Overwrite, WriteMode
+from spark_client.modes import Append, Overwrite
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -37,17 +43,12 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from spark_client._http import MetaServiceClient
-
 logger = logging.getLogger("spark_client.catalog")
 
 _CATALOG_FILE = "iceberg_catalog.db"
 _DATA_DIR = "data"
 # Iceberg has no 8/16-bit integers (they would read back as int), no intervals, no Spark-only types.
-_UNSTORABLE = frozenset(
-    {"void", "interval", "daytimeinterval", "yearmonthinterval", "time", "variant", "geometry", "geography"}
-    | {"byte", "short", "char", "varchar"}
-)
+_UNSTORABLE = _writes.UNSTORABLE | {"byte", "short"}
 _MERGE_MANIFESTS = "commit.manifest-merge.enabled"
 _TABLE_PROPERTIES = {
     "format-version": "2",  # sequence numbers: the snapshot ids MetaService sees
@@ -63,7 +64,7 @@ _TABLE_PROPERTIES = {
 _COMMIT_ATTEMPTS = 8
 
 
-class IcebergCatalog:
+class IcebergCatalog(SparkWrittenCatalog["Table", "DataFile", "list[str]"]):
     """Iceberg tables under one warehouse root, registered in a pyiceberg catalog.
 
     `lake.sales.orders` is the Iceberg table `("lake", "sales", "orders")` (namespace `lake.sales`) stored at
@@ -89,7 +90,9 @@ class IcebergCatalog:
             snapshot_id=catalog.iceberg_snapshot_id("lake.raw.orders", seq)).to_arrow()
     """
 
-    format: str = "iceberg"
+    format = "iceberg"
+    _format_name = "an Iceberg"
+    _unstorable = _UNSTORABLE
 
     def __init__(
         self,
@@ -189,95 +192,6 @@ class IcebergCatalog:
         ice = self._open(table)
         current = None if ice is None else ice.current_snapshot()
         return None if current is None else _sequence(current)
-
-    def append(self, spark: SparkSession, df: DataFrame, table: str) -> int:
-        """Commit `df` as new rows of `table`, untagged (root tables, ingestion, tests); returns the snapshot id.
-
-        Raises:
-            SchemaMismatch: the DataFrame's schema differs from the table's.
-
-        Example:
-            catalog.append(spark, spark.createDataFrame([(1, "a")], "id long, name string"), "lake.raw.orders")
-        """
-        return self.write(spark, df, table, mode="append")
-
-    def write(
-        self,
-        spark: SparkSession,
-        df: DataFrame,
-        table: str,
-        *,
-        mode: WriteMode | ModeName,
-        app_id: str | None = None,
-        barrier: int | None = None,
-        metadata: Mapping[str, str] | None = None,
-    ) -> int:
-        """Apply `df` with `mode` as one Iceberg snapshot: Spark writes parquet files, pyiceberg commits them.
-
-        `Append` is a fast append; `Overwrite` removes every current file; `ReplaceWhere`,
-        `OverwritePartitions` and `Merge` are copy-on-write: the executors find the files holding affected
-        rows and rewrite them, the commit removes those files and adds the new ones (an Iceberg `overwrite`
-        snapshot). Schema policies: `strict`, `merge` (columns added with pyiceberg's schema update) and
-        `overwrite` (whole-table `Overwrite`: the new schema replaces the old one). A tagged write whose
-        snapshot is already in the table's history returns that snapshot and writes nothing.
-
-        Args:
-            spark: the session running the write.
-            df: the rows.
-            table: `catalog.database.table`; created by the first write.
-            mode: a `spark_client.modes` mode or "append" / "overwrite".
-            app_id: the job id (snapshot summary `metaservice.job_id`).
-            barrier: the barrier (snapshot summary `metaservice.barrier`); given together with `app_id`.
-            metadata: more snapshot summary properties (`metaservice.barrier`, `.job_id`, `.write_id` are
-                reserved).
-
-        Returns:
-            The sequence number of the snapshot holding the data.
-
-        Raises:
-            SchemaMismatch: the data's schema does not fit the table's under the mode's schema policy.
-            UnsupportedTable: a partitioned table, or one whose snapshot has delete files.
-            ValueError: bad arguments, a type Iceberg cannot store, data a mode rejects.
-
-        Example:
-            from spark_client.modes import Merge
-            seq = catalog.write(spark, df, "lake.mart.customers", mode=Merge(keys=("customer_id",)),
-                                app_id="dims", barrier=1042)
-        """
-        mode = _writes.as_mode(mode)
-        _writes.check_tag(app_id, barrier, metadata)
-        location = self.location(table)
-        data_schema = _writes.data_schema(df, mode, table=table, unstorable=_UNSTORABLE, format_name="an Iceberg")
-        ice = self._open(table)
-        files: list[str] = []
-        schema = data_schema
-        if ice is not None:
-            if app_id is not None and barrier is not None:
-                done = _tagged_sequence(ice, app_id=app_id, barrier=barrier)
-                if done is not None:
-                    logger.info("%s holds %s's barrier %d already: snapshot %d", table, app_id, barrier, done)
-                    return done
-            _check_writable(ice, table)
-            schema = _writes.resolve_schema(table, _spark_schema(ice.schema()), data_schema, mode)
-            current = ice.current_snapshot()
-            if current is not None and not isinstance(mode, Append):
-                files = [f.file_path for f in _data_files(ice, current, table)]
-        rewrite = _writes.plan_rewrite(spark, df, mode, files=files, schema=schema)
-
-        write_id = uuid.uuid4().hex
-        staging = os.path.join(location, _DATA_DIR, write_id)
-        with _writes.microsecond_timestamps(spark):
-            rewrite.data.write.mode("errorifexists").option(NO_SUCCESS_MARKER, "false").parquet(staging)
-        _failpoints.hit("after_files_written")
-        added = _writes.written_files(staging)
-        properties = _writes.commit_properties(write_id, app_id, barrier, metadata)
-        sequence = self._commit(table, ice, schema, mode, added, set(rewrite.removed), properties, write_id)
-        logger.debug(
-            "%s: %s added %d file(s), removed %d: snapshot %d", table, mode, len(added), len(rewrite.removed), sequence
-        )
-        if app_id is not None:
-            _failpoints.hit("after_table_commit")
-        return sequence
 
     def committed_snapshot(self, table: str, *, app_id: str, barrier: int) -> int | None:
         """The snapshot `app_id` committed for `barrier` earlier (e.g. before a crash kept it from reporting).
@@ -410,51 +324,27 @@ class IcebergCatalog:
                 tx.set_properties({f"metaservice.restore.{k}": v for k, v in metadata.items()})
         return snapshot_id
 
-    def vacuum(
-        self,
-        table: str,
-        client: MetaServiceClient,
-        *,
-        min_orphan_age_seconds: float = 3600,
-        dry_run: bool = False,
-    ) -> list[str]:
-        """Expire the snapshots no one needs and delete the files only they referenced; returns the paths.
-
-        MetaService names the oldest protected snapshot (in-flight job inputs, live leases, the strong
-        version, the newest). Snapshots with a lower sequence number are expired (branch and tag heads
-        never), then data files, manifests and manifest lists that no remaining snapshot references are
-        deleted. Files no snapshot ever referenced (a write that crashed before its commit) are deleted only
-        when older than `min_orphan_age_seconds`, so a write in progress is never touched.
-
-        Example:
-            deleted = catalog.vacuum("lake.mart.orders_enriched", client)
-        """
+    def _storage(self, table: str, floor: int) -> _retention.Storage:
+        """Snapshots with a sequence number below `floor` are expired (branch and tag heads never); data files,
+        manifests and manifest lists are what the snapshots reference."""
         ice = self.pyiceberg_table(table)
-        current = ice.current_snapshot()
-        if current is None:
-            return []
-        oldest = client.retention(table).oldest_protected_snapshot_id
-        floor = _sequence(current) if oldest is None else min(int(oldest), _sequence(current))
         heads = {ref.snapshot_id for ref in ice.metadata.refs.values()}
         snapshots = list(ice.metadata.snapshots)
         expired = [s for s in snapshots if _sequence(s) < floor and s.snapshot_id not in heads]
         kept = [s for s in snapshots if s not in expired]
         ever_data, ever_meta = _referenced(ice, snapshots)
         live_data, live_meta = _referenced(ice, kept)
-        cutoff = time.time() - min_orphan_age_seconds
-        doomed = []
-        for path in _files_under(os.path.join(self.location(table), _DATA_DIR), suffix=".parquet"):
-            if path not in live_data and (path in ever_data or os.stat(path).st_mtime < cutoff):
-                doomed.append(path)
-        for path in _files_under(os.path.join(self.location(table), "metadata"), suffix=".avro"):
-            if path not in live_meta and (path in ever_meta or os.stat(path).st_mtime < cutoff):
-                doomed.append(path)
-        if not dry_run:
+        location = self.location(table)
+        files = [
+            *_files_under(os.path.join(location, _DATA_DIR), suffix=".parquet"),
+            *_files_under(os.path.join(location, "metadata"), suffix=".avro"),
+        ]
+
+        def expire() -> None:
             if expired:
                 ice.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in expired]).commit()
-            for path in doomed:
-                os.remove(path)
-        return sorted(doomed)
+
+        return _retention.Storage(files=files, live=live_data | live_meta, ever=ever_data | ever_meta, expire=expire)
 
     def arrow_dataset(self, table: str, snapshot_id: int) -> pads.Dataset:
         """The table at snapshot `snapshot_id` as a pyarrow Dataset (lazy over the snapshot's parquet files).
@@ -474,6 +364,34 @@ class IcebergCatalog:
         except UnsupportedTable:
             return pads.dataset(ice.scan(snapshot_id=snapshot.snapshot_id).to_arrow())
         return pads.dataset(files, schema=schema.as_arrow(), format="parquet")
+
+    # The write steps (`SparkWrittenCatalog.write` runs them): Spark writes parquet files into a fresh directory
+    # <table>/data/<write id>/, the driver commits them with pyiceberg together with the files the mode removes.
+
+    def _tagged_snapshot(self, handle: Table, *, app_id: str, barrier: int) -> int | None:
+        return _tagged_sequence(handle, app_id=app_id, barrier=barrier)
+
+    def _check_writable(self, table: str, handle: Table) -> None:
+        _check_writable(handle, table)
+
+    def _table_schema(self, handle: Table) -> StructType:
+        return _spark_schema(handle.schema())
+
+    def _live_files(self, table: str, handle: Table) -> dict[str, DataFile]:
+        current = handle.current_snapshot()
+        return {} if current is None else {f.file_path: f for f in _data_files(handle, current, table)}
+
+    def _prepare(self, write: PendingWrite, handle: Table | None) -> Table | None:
+        """Nothing: the table is created, and its schema changed, in the data commit's transaction."""
+        del write
+        return handle
+
+    def _write_files(self, write: PendingWrite, handle: Table | None, data: DataFrame) -> list[str]:
+        del handle
+        staging = os.path.join(self.location(write.table), _DATA_DIR, write.write_id)
+        with _writes.microsecond_timestamps(write.spark):
+            data.write.mode(NEW_DIRECTORY).option(NO_SUCCESS_MARKER, "false").parquet(staging)
+        return _writes.written_files(staging)
 
     def _open(self, table: str) -> Table | None:
         from pyiceberg.exceptions import NoSuchTableError
@@ -498,23 +416,16 @@ class IcebergCatalog:
         except TableAlreadyExistsError:
             return self.pyiceberg_table(table)
 
-    def _commit(
-        self,
-        table: str,
-        loaded: Table | None,
-        schema: StructType,
-        mode: WriteMode,
-        added: list[str],
-        removed: set[str],
-        properties: dict[str, str],
-        write_id: str,
-    ) -> int:
-        """One snapshot adding `added` and removing `removed`; a lost race with another committer is retried
+    def _commit(self, write: PendingWrite, handle: Table | None, staged: list[str], removed: list[DataFile]) -> int:
+        """One snapshot adding `staged` and removing `removed` (every current file for a whole-table overwrite);
+        a lost race with another committer is retried
         for appends and whole-table overwrites, whose plan does not depend on the snapshot it was made on."""
         from pyiceberg.exceptions import CommitFailedException
         from pyiceberg.io.pyarrow import parquet_file_to_data_file
         from pyiceberg.table import TableProperties
 
+        table, loaded, schema, mode, added = write.table, handle, write.schema, write.mode, staged
+        removing, properties, write_id = {f.file_path for f in removed}, write.properties, write.write_id
         for attempt in range(1, _COMMIT_ATTEMPTS + 1):
             ice = loaded if attempt == 1 and loaded is not None else self._open(table) or self._create(table, schema)
             tx = ice.transaction()
@@ -530,19 +441,19 @@ class IcebergCatalog:
                 tx.set_properties({TableProperties.DEFAULT_NAME_MAPPING: mapping})
             current = metadata.current_snapshot()
             current_files = {}
-            if current is not None and (removed or isinstance(mode, Overwrite)):  # one plan of the snapshot
+            if current is not None and (removing or write.replaces_all):  # one plan of the snapshot
                 current_files = {f.file_path: f for f in _data_files(ice, current, table)}
-            if isinstance(mode, Overwrite) and current is not None:
-                removed = set(current_files)
+            if write.replaces_all and current is not None:
+                removing = set(current_files)
             datafiles = [parquet_file_to_data_file(ice.io, metadata, path) for path in added]
-            if missing := removed - current_files.keys():
+            if missing := removing - current_files.keys():
                 raise RuntimeError(f"{table!r} changed while writing: {len(missing)} file(s) to replace are gone")
-            if not removed and _MERGE_MANIFESTS not in metadata.properties:
+            if not removing and _MERGE_MANIFESTS not in metadata.properties:
                 # Iceberg's default, made explicit: pyiceberg's merge append reads an absent property as off
                 tx.set_properties({_MERGE_MANIFESTS: "true"})
             update = tx.update_snapshot(snapshot_properties=properties)
-            with update.overwrite() if removed else update.merge_append() as producer:
-                for path in sorted(removed):
+            with update.overwrite() if removing else update.merge_append() as producer:
+                for path in sorted(removing):
                     producer.delete_data_file(current_files[path])
                 for datafile in datafiles:
                     producer.append_data_file(datafile)

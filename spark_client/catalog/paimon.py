@@ -19,17 +19,15 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from spark_client import _failpoints
-from spark_client.catalog import _writes
-from spark_client.catalog._writes import NO_SUCCESS_MARKER
+from spark_client.catalog import _retention, _writes
+from spark_client.catalog._writes import NEW_DIRECTORY, NO_SUCCESS_MARKER, PendingWrite, SparkWrittenCatalog
 from spark_client.catalog.base import CommitRecord, NotAppendOnly, UnsupportedTable
-from spark_client.modes import Append, ModeName, WriteMode
+from spark_client.modes import Append
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -42,14 +40,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
-    from spark_client._http import MetaServiceClient
+    from spark_client.modes import WriteMode
 
 logger = logging.getLogger("spark_client.catalog")
 
-_UNSTORABLE = frozenset(
-    {"void", "interval", "daytimeinterval", "yearmonthinterval", "time", "variant", "geometry", "geography"}
-    | {"char", "varchar"}
-)
 _TABLE_OPTIONS = {
     "bucket": "-1",  # append table, bucket-unaware: any number of writers, files placed by the writer
     "file.format": "parquet",  # Spark reads the data files directly
@@ -76,7 +70,7 @@ class _File:
     meta: DataFileMeta
 
 
-class PaimonCatalog:
+class PaimonCatalog(SparkWrittenCatalog["FileStoreTable", _File, "list[CommitMessage]"]):
     """Paimon append tables under one root: `lake.sales.orders` lives at `<root>/lake/sales.db/orders`.
 
     Each first part of a name is a Paimon filesystem warehouse (`<root>/<catalog>`) with the usual
@@ -93,7 +87,8 @@ class PaimonCatalog:
         catalog.read_at(spark, "lake.raw.orders", snapshot).count()
     """
 
-    format: str = "paimon"
+    format = "paimon"
+    _format_name = "a Paimon"
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = _writes.local_root(root, what="a Paimon warehouse root")
@@ -138,102 +133,6 @@ class PaimonCatalog:
         native = self._open(table)
         latest = None if native is None else native.snapshot_manager().get_latest_snapshot()
         return None if latest is None else latest.id
-
-    def append(self, spark: SparkSession, df: DataFrame, table: str) -> int:
-        """Commit `df` as new rows of `table`, untagged (root tables, ingestion, tests); returns the snapshot id.
-
-        Raises:
-            SchemaMismatch: the DataFrame's schema differs from the table's.
-
-        Example:
-            catalog.append(spark, spark.createDataFrame([(1, "a")], "id long, name string"), "lake.raw.orders")
-        """
-        return self.write(spark, df, table, mode="append")
-
-    def write(
-        self,
-        spark: SparkSession,
-        df: DataFrame,
-        table: str,
-        *,
-        mode: WriteMode | ModeName,
-        app_id: str | None = None,
-        barrier: int | None = None,
-        metadata: Mapping[str, str] | None = None,
-    ) -> int:
-        """Apply `df` with `mode` as one Paimon snapshot: Spark writes the data files (through pypaimon in
-        its tasks for tables Spark's writer cannot write alike), the driver commits.
-
-        `Append` adds files (an APPEND snapshot); `Overwrite` also removes every current file;
-        `ReplaceWhere`, `OverwritePartitions` and `Merge` are copy-on-write: executors find and rewrite the
-        files holding affected rows, the commit removes them (an OVERWRITE snapshot). Schema policies:
-        `strict`, `merge` (new columns added to the Paimon schema first) and `overwrite` is refused (Paimon
-        keeps one schema history per table; drop and re-create it). A tagged write is committed with commit
-        user `app_id` and commit identifier `barrier`; when the table already holds that commit, its snapshot
-        is returned and nothing is written.
-
-        Args:
-            spark: the session running the write.
-            df: the rows.
-            table: `catalog.database.table`; created by the first write.
-            mode: a `spark_client.modes` mode or "append" / "overwrite".
-            app_id: the job id (Paimon commit user).
-            barrier: the barrier (Paimon commit identifier); given together with `app_id`.
-            metadata: snapshot properties (`metaservice.barrier`, `.job_id`, `.write_id` are reserved).
-
-        Returns:
-            The Paimon snapshot id holding the data.
-
-        Raises:
-            SchemaMismatch: the data's schema does not fit the table's under the mode's schema policy.
-            UnsupportedTable: a primary-key table or one with deletion vectors (not written by this catalog).
-            ValueError: bad arguments, a type Paimon cannot store, data a mode rejects.
-
-        Example:
-            snapshot = catalog.write(spark, df, "lake.mart.orders_enriched", mode="append",
-                                     app_id="enrich", barrier=1042)
-        """
-        mode = _writes.as_mode(mode)
-        _writes.check_tag(app_id, barrier, metadata)
-        if mode.schema == "overwrite":
-            raise ValueError("schema='overwrite' is not supported for Paimon tables: drop and re-create the table")
-        data_schema = _writes.data_schema(df, mode, table=table, unstorable=_UNSTORABLE, format_name="a Paimon")
-        native = self._open(table)
-        files: dict[str, _File] = {}
-        schema = data_schema
-        if native is not None:
-            if app_id is not None and barrier is not None:
-                done = _tagged_snapshot(native, app_id=app_id, barrier=barrier)
-                if done is not None:
-                    logger.info("%s holds %s's barrier %d already: snapshot %d", table, app_id, barrier, done)
-                    return done
-            schema = _writes.resolve_schema(table, _spark_schema(native.table_schema.fields), data_schema, mode)
-            if not isinstance(mode, Append):
-                files = _current_files(native, table)
-            if len(schema.fields) > len(native.table_schema.fields):
-                native = self._add_columns(table, native, schema)
-        else:
-            native = self._create(table, schema)
-        rewrite = _writes.plan_rewrite(spark, df, mode, files=sorted(files), schema=schema)
-
-        write_id = uuid.uuid4().hex
-        user = app_id if app_id is not None else f"metaservice-{write_id}"
-        identifier = barrier if barrier is not None else _batch_identifier()
-        with _writes.microsecond_timestamps(spark):
-            if (codec := _spark_codec(native)) is not None:
-                messages = _spark_write(native, rewrite.data, write_id, codec)
-            else:
-                task = _write_task(native.table_path, user, identifier, _arrow_schema(schema))
-                collected = rewrite.data.mapInArrow(task, "messages binary").collect()
-                messages = [m for row in collected for m in pickle.loads(row[0])]
-        _failpoints.hit("after_files_written")
-        messages.extend(_removals(files[path] for path in rewrite.removed))
-        properties = _writes.commit_properties(write_id, app_id, barrier, metadata)
-        snapshot = _commit(native, user, identifier, messages, properties)
-        logger.debug("%s: %s committed %d message(s) as snapshot %d", table, mode, len(messages), snapshot)
-        if app_id is not None:
-            _failpoints.hit("after_table_commit")
-        return snapshot
 
     def committed_snapshot(self, table: str, *, app_id: str, barrier: int) -> int | None:
         """The snapshot committed with commit user `app_id` and commit identifier `barrier`, if any.
@@ -347,38 +246,18 @@ class PaimonCatalog:
         logger.info("%s rolled back to snapshot %d %s", table, snapshot_id, dict(metadata or {}))
         return snapshot_id
 
-    def vacuum(
-        self,
-        table: str,
-        client: MetaServiceClient,
-        *,
-        min_orphan_age_seconds: float = 3600,
-        dry_run: bool = False,
-    ) -> list[str]:
-        """Expire snapshots older than every protected one and delete the files only they referenced.
+    def _own_protected(self, table: str) -> int | None:
+        """Every Paimon consumer's next snapshot (e.g. a Flink streaming reader's) stays."""
+        consumed: int | None = self.paimon_table(table).consumer_manager().min_next_snapshot()
+        return consumed
 
-        Protected: MetaService's oldest protected snapshot (in-flight job inputs, live leases, the strong
-        version, the newest) and every Paimon consumer's next snapshot (e.g. a Flink streaming reader); the
-        snapshots of tags keep their files. Data and manifest files no remaining snapshot references are
-        deleted; files no snapshot ever referenced (a write that died before its commit, also files it left in
-        `_staging/`, or commits a rollback removed) only when older than `min_orphan_age_seconds`.
-
-        Returns:
-            The snapshot files, manifests and data files deleted (or that would be, with `dry_run`).
-
-        Example:
-            deleted = catalog.vacuum("lake.mart.orders_enriched", client)
-        """
+    def _storage(self, table: str, floor: int) -> _retention.Storage:
+        """Snapshots below `floor` are expired (their snapshot files deleted first, `EARLIEST` moved); the
+        snapshots of tags keep their files; what a Spark write left in `_staging/` goes by age alone (its files
+        move into place before the commit)."""
         native = self.paimon_table(table)
         snapshots = native.snapshot_manager()
         latest = snapshots.get_latest_snapshot()
-        if latest is None:
-            return []
-        oldest = client.retention(table).oldest_protected_snapshot_id
-        floor = latest.id if oldest is None else min(int(oldest), latest.id)
-        consumed = native.consumer_manager().min_next_snapshot()
-        if consumed is not None:
-            floor = min(floor, consumed)
         earliest = snapshots.try_get_earliest_snapshot()
         every = [s for i in range(earliest.id, latest.id + 1) if (s := snapshots.get_snapshot_by_id(i)) is not None]
         tagged = [
@@ -390,27 +269,24 @@ class PaimonCatalog:
         expired = [s for s in every if s.id < floor]
         ever_data, ever_meta = _referenced(native, every)
         live_data, live_meta = _referenced(native, kept + tagged)
-        cutoff = time.time() - min_orphan_age_seconds
-        doomed = [snapshots.get_snapshot_path(s.id) for s in expired]
-        kinds = {"data-": (live_data, ever_data), "manifest-": (live_meta, ever_meta)}  # by file name prefix
         staging = os.path.join(native.table_path, _STAGING_DIR, "")
-        for path in _files_under(native.table_path):
-            if path.startswith(staging):  # a Spark write that died before its files moved into place
-                if os.stat(path).st_mtime < cutoff:
-                    doomed.append(path)
-                continue
-            prefix = next((p for p in kinds if os.path.basename(path).startswith(p)), None)
-            if prefix is None:
-                continue
-            live, ever = kinds[prefix]
-            if path not in live and (path in ever or os.stat(path).st_mtime < cutoff):
-                doomed.append(path)
-        if not dry_run:
+        found = _files_under(native.table_path)
+        files = [
+            p for p in found if not p.startswith(staging) and os.path.basename(p).startswith(("data-", "manifest-"))
+        ]
+
+        def expire() -> None:
             if expired:
                 native.file_io.write_file(f"{snapshots.snapshot_dir}/EARLIEST", str(floor), overwrite=True)
-            for path in doomed:  # snapshot files first: no reader finds an expired snapshot with files gone
-                os.remove(path)
-        return sorted(doomed)
+
+        return _retention.Storage(
+            files=files,
+            live=live_data | live_meta,
+            ever=ever_data | ever_meta,
+            abandoned=[p for p in found if p.startswith(staging)],
+            expired=[snapshots.get_snapshot_path(s.id) for s in expired],
+            expire=expire,
+        )
 
     def arrow_dataset(self, table: str, snapshot_id: int) -> pads.Dataset:
         """The table at `snapshot_id` as a pyarrow Dataset (lazy over its parquet data files).
@@ -431,6 +307,49 @@ class PaimonCatalog:
             builder = at.new_read_builder()
             return pads.dataset(builder.new_read().to_arrow(builder.new_scan().plan().splits()))
         return pads.dataset(sorted(files), schema=PyarrowFieldParser.from_paimon_schema(fields), format="parquet")
+
+    # The write steps (`SparkWrittenCatalog.write` runs them): Spark writes the data files (through pypaimon in
+    # its tasks for tables Spark's writer cannot write alike), the driver commits them with commit user = job id
+    # and commit identifier = barrier.
+
+    def _check_mode(self, table: str, mode: WriteMode) -> None:
+        if mode.schema == "overwrite":
+            raise ValueError(
+                f"schema='overwrite' is not supported for Paimon table {table!r}: drop and re-create the table"
+            )
+
+    def _tagged_snapshot(self, handle: FileStoreTable, *, app_id: str, barrier: int) -> int | None:
+        return _tagged_snapshot(handle, app_id=app_id, barrier=barrier)
+
+    def _table_schema(self, handle: FileStoreTable) -> StructType:
+        return _spark_schema(handle.table_schema.fields)
+
+    def _live_files(self, table: str, handle: FileStoreTable) -> dict[str, _File]:
+        return _current_files(handle, table)
+
+    def _prepare(self, write: PendingWrite, handle: FileStoreTable | None) -> FileStoreTable:
+        """Create the table, or add the new columns as one Paimon schema change (not a snapshot)."""
+        if handle is None:
+            return self._create(write.table, write.schema)
+        return self._add_columns(write.table, handle, write.schema) if write.added else handle
+
+    def _write_files(self, write: PendingWrite, handle: FileStoreTable | None, data: DataFrame) -> list[CommitMessage]:
+        assert handle is not None  # `_prepare` created the table
+        with _writes.microsecond_timestamps(write.spark):
+            if (codec := _spark_codec(handle)) is not None:
+                return _spark_write(handle, data, write.write_id, codec)
+            user, identifier = write.tag or _committer(write.write_id)
+            task = _write_task(handle.table_path, user, identifier, _arrow_schema(write.schema))
+            collected = data.mapInArrow(task, "messages binary").collect()
+            return [m for row in collected for m in pickle.loads(row[0])]
+
+    def _commit(
+        self, write: PendingWrite, handle: FileStoreTable | None, staged: list[CommitMessage], removed: list[_File]
+    ) -> int:
+        assert handle is not None
+        gone = _current_files(handle, write.table).values() if write.replaces_all else removed
+        user, identifier = write.tag or _committer(write.write_id)
+        return _commit(handle, user, identifier, [*staged, *_removals(gone)], write.properties)
 
     def _warehouse(self, catalog: str) -> PaimonNativeCatalog:
         if catalog not in self._catalogs:
@@ -490,6 +409,11 @@ def _is_file_store_table(native: Any) -> bool:
     return isinstance(native, FileStoreTable)
 
 
+def _committer(write_id: str) -> tuple[str, int]:
+    """Commit user and identifier of an untagged write (a tagged one commits as job id and barrier)."""
+    return f"metaservice-{write_id}", _batch_identifier()
+
+
 def _batch_identifier() -> int:
     from pypaimon.snapshot.snapshot import BATCH_COMMIT_IDENTIFIER
 
@@ -533,7 +457,7 @@ def _spark_write(native: FileStoreTable, data: DataFrame, write_id: str, codec: 
     from pypaimon.write.commit_message import CommitMessage
 
     staging = os.path.join(native.table_path, _STAGING_DIR, write_id)
-    data.write.mode("errorifexists").option(NO_SUCCESS_MARKER, "false").option("compression", codec).parquet(staging)
+    data.write.mode(NEW_DIRECTORY).option(NO_SUCCESS_MARKER, "false").option("compression", codec).parquet(staging)
     prefix = CoreOptions.data_file_prefix(native.options)
     metas = []
     for path, rows in _writes.written_row_counts(staging).items():

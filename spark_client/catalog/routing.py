@@ -132,6 +132,4 @@ class RoutingCatalog:
 
     def arrow_dataset(self, table: str, snapshot_id: int) -> pads.Dataset:
         """`table` at `snapshot_id` as a pyarrow Dataset, read by its format's reader."""
-        from spark_client.arrow import arrow_dataset
-
-        return arrow_dataset(self.catalog_for(table), table, snapshot_id)
+        return self.catalog_for(table).arrow_dataset(table, snapshot_id)

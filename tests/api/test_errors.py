@@ -570,3 +570,17 @@ def test_method_not_allowed_lists_every_method_of_the_resource(api: httpx.Client
     assert_problem(response, 405, "method_not_allowed")
     assert sorted(m.strip() for m in response.headers["allow"].split(",")) == ["GET", "POST"]
     assert barriers(api) == []
+
+
+def test_a_field_of_fixed_values_names_them_in_the_answer(api: httpx.Client) -> None:
+    body = assert_problem(
+        api.post("/versions", json={"tables": ["a.b.c"], "consistency": "strng"}), 422, "invalid_request"
+    )
+    assert body["errors"][0]["loc"] == ["body", "consistency"]
+    assert body["errors"][0]["allowed"] == ["strong", "weak"]
+    assert "body.consistency (one of 'strong', 'weak')" in body["detail"]
+
+    path = assert_problem(api.get("/version/eventual/a/b/c"), 422, "invalid_request")
+    assert path["errors"][0]["allowed"] == ["strong", "weak"] and "'strong', 'weak'" in path["detail"]
+    fmt = assert_problem(api.post("/register/sink/j/a/b/c", json={"format": "csv"}), 422, "invalid_request")
+    assert fmt["errors"][0]["allowed"] == ["delta", "paimon", "iceberg"]

@@ -22,7 +22,7 @@ import httpx
 import psycopg
 import pytest
 
-from metaservice.repositories.versions import LISTEN
+from metaservice.db.listener import LISTEN
 from tests import support
 from tests.support import Token, assert_problem, metric, request_as
 from tests.support.pipelines import (

@@ -73,6 +73,19 @@ TRANSIENT_TRANSPORT_ERRORS = [
 BUSY_STATUSES = [429, 502, 503, 504]
 
 
+class FakeClock:
+    """A monotonic clock that only the policy's `sleep` advances: budgets in seconds without waiting."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 class Server:
     """Scripted answers, one per request; the last one repeats. Records every request."""
 
@@ -326,7 +339,7 @@ def test_total_time_is_bounded_by_the_deadline() -> None:
     ):
         client.next_barrier("enrich")
     assert time.monotonic() - started < 0.3 + 0.5
-    assert 1 < len(server.requests) < policy.attempts
+    assert policy.attempts is not None and 1 < len(server.requests) < policy.attempts
 
 
 def test_a_retried_call_logs_one_warning_naming_the_server_then_debug_lines(
@@ -339,12 +352,50 @@ def test_a_retried_call_logs_one_warning_naming_the_server_then_debug_lines(
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1  # one per call, not one per attempt
     assert "POST http://metaservice/jobs/enrich/barriers/next failed" in warnings[0]
-    assert "ConnectError" in warnings[0] and "up to 4 attempts" in warnings[0]
+    assert "ConnectError" in warnings[0] and "retrying up to 4 attempts for up to 60s" in warnings[0]
     retries = [r.getMessage() for r in caplog.records if r.levelno == logging.DEBUG and "retrying" in r.getMessage()]
-    assert ["attempt 2 of 4" in retries[0] and "busy" in retries[0], "attempt 3 of 4" in retries[1]] == [True, True]
+    assert ["attempt 2 after" in retries[0] and "busy" in retries[0], "attempt 3 after" in retries[1]] == [True, True]
+    assert all("of a 60s budget" in line for line in retries)
     assert [r.getMessage() for r in caplog.records if r.levelno == logging.INFO] == [
         "POST /jobs/enrich/barriers/next succeeded on attempt 4"
     ]
+
+
+def test_the_default_budget_is_time_enough_for_a_rolling_restart_and_the_warning_states_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """By default the client retries for 120 s, with no limit on the number of attempts (8 attempts used to
+    give up after about 7 s while the warning promised 60 s); the warning says what the policy does."""
+    policy = RetryPolicy()
+    assert (policy.deadline, policy.attempts) == (120.0, None)
+    clock = FakeClock()
+    patient = RetryPolicy(initial_backoff=0.1, max_backoff=5.0, jitter=False, sleep=clock.sleep, clock=clock)
+    server = Server(*([fail(httpx.ConnectError)] * 25), ok(DECISION))
+    with (
+        caplog.at_level(logging.WARNING, logger="spark_client"),
+        MetaServiceClient("http://metaservice", retry=patient, transport=httpx.MockTransport(server)) as client,
+    ):
+        client.next_barrier("enrich")
+    assert len(server.requests) == 26  # far more than 8 attempts: waits of up to 5 s, 101.3 s in all
+    assert clock.now == pytest.approx(101.3)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.endswith("retrying for up to 120s")
+
+
+def test_when_the_budget_runs_out_the_error_says_how_many_attempts_over_how_long_and_what_sets_it() -> None:
+    clock = FakeClock()
+    policy = RetryPolicy(deadline=10, initial_backoff=1, max_backoff=1, jitter=False, sleep=clock.sleep, clock=clock)
+    server = Server(fail(httpx.ConnectError))
+    with (
+        MetaServiceClient("http://metaservice", retry=policy, transport=httpx.MockTransport(server)) as client,
+        pytest.raises(Unavailable) as caught,
+    ):
+        client.next_barrier("enrich")
+    message = str(caught.value)
+    assert len(server.requests) == 10  # at 0 s, 1 s, ... 9 s: a tenth wait would end at the budget
+    assert "gave up after 10 attempt(s) in 9.0s" in message
+    assert "the retry budget being for up to 10s (RetryPolicy(deadline=...) sets it)" in message
+    assert "cannot reach the MetaService server" in message
 
 
 def test_connection_errors_name_the_server_url_host_and_port(unused_port: int) -> None:

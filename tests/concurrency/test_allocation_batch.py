@@ -10,7 +10,7 @@ import httpx
 import psycopg
 from psycopg.types.json import Jsonb
 
-from metaservice.db.allocator import AllocationRequest
+from metaservice.repositories.allocator import AllocationRequest
 from tests.model.seal_marks import unmarked_tables_needing_a_seal
 
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
 from metaservice.db import migrate
-from metaservice.db.allocator import AllocationRequest
+from metaservice.repositories.allocator import AllocationRequest
 
 _REQUEST_BY_REQUEST = "6e1f3a5b7c92"  # migration 2026-11-24-2200_seal_candidates
 ROOTS = ("lake.raw.a", "lake.raw.b", "lake.raw.c", "lake.raw.d", "lake.raw.e", "lake.raw.o")

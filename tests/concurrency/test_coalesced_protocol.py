@@ -28,6 +28,7 @@ from metaservice.domain.world import Writes
 from metaservice.errors import OutcomeUnknown, Unavailable
 from metaservice.repositories import protocol as protocol_rows
 from metaservice.repositories.protocol import Gathered, GatherRequest
+from metaservice.runtime import Runtime
 from metaservice.services import barriers, tokens
 from metaservice.services.planner import Planner
 from metaservice.settings import Settings
@@ -86,9 +87,11 @@ def _run_with_db(database_url: str, work: Any) -> Any:
     async def main() -> Any:
         db = Database(Settings(database_url=database_url))
         await db.open()
+        runtime = Runtime(db)
         try:
-            return await work(db)
+            return await work(runtime)
         finally:
+            await runtime.close()
             await db.close()
 
     return anyio.run(main)
@@ -113,8 +116,8 @@ def test_a_batched_gather_answers_each_step_as_its_own_gather(api: httpx.Client,
         GatherRequest("e"),  # retired: no current edges
     ]
 
-    async def gathers(db: Database) -> tuple[list[Gathered], list[Gathered]]:
-        async with db.connection() as conn:
+    async def gathers(db: Runtime) -> tuple[list[Gathered], list[Gathered]]:
+        async with db.database.connection() as conn:
             together = await protocol_rows.gather_many(conn, requests)
             alone = [(await protocol_rows.gather_many(conn, [r]))[0] for r in requests]
         return together, alone
@@ -155,8 +158,8 @@ def test_one_statement_stores_each_plan_under_its_own_compare_and_set(api: httpx
     in_flight = _pipeline(api)
     c_barrier = _next(api, "c", {R2: 5})["barrier"]
 
-    async def store(db: Database) -> list[str]:
-        async with db.connection() as conn:
+    async def store(db: Runtime) -> list[str]:
+        async with db.database.connection() as conn:
             plans = [
                 await _commit_plan(conn, "a", in_flight["a"], 3),
                 await _commit_plan(conn, "b", in_flight["b"], 2),
@@ -193,16 +196,16 @@ def test_a_plan_whose_job_another_transaction_holds_is_skipped_not_waited_for(
 ) -> None:
     in_flight = _pipeline(api)
 
-    async def store(db: Database) -> tuple[list[str], list[str]]:
-        async with db.connection() as conn:
+    async def store(db: Runtime) -> tuple[list[str], list[str]]:
+        async with db.database.connection() as conn:
             plans = [await _commit_plan(conn, "a", in_flight["a"], 3), await _commit_plan(conn, "b", in_flight["b"], 2)]
         async with await psycopg.AsyncConnection.connect(database_url) as holder:
             await holder.execute("SELECT 1 FROM jobs WHERE name = 'b' FOR UPDATE")
-            async with db.connection() as conn:
+            async with db.database.connection() as conn:
                 with anyio.fail_after(30):  # a statement that waited for b would wait until the holder ends
                     skipped = await protocol_rows.apply_many(conn, plans, skip_locked=True)
             await holder.rollback()
-        async with db.connection() as conn:
+        async with db.database.connection() as conn:
             again = await protocol_rows.apply_many(conn, plans[1:], skip_locked=True)
         return list(skipped), list(again)
 
@@ -218,7 +221,7 @@ def test_a_step_whose_job_is_locked_waits_alone_while_other_steps_are_stored(
     in_flight = _pipeline(api)
     c_barrier = _next(api, "c", {R2: 5})["barrier"]
 
-    async def commits(db: Database) -> tuple[str, str]:
+    async def commits(db: Runtime) -> tuple[str, str]:
         async with (
             await psycopg.AsyncConnection.connect(database_url) as holder,
             await psycopg.AsyncConnection.connect(database_url, autocommit=True) as monitor,
@@ -279,8 +282,8 @@ def _divide(batches: list[list[int]]) -> Any:
 def test_requests_that_arrive_together_share_a_statement_and_their_shares_of_it(database_url: str) -> None:
     batches: list[list[int]] = []
 
-    async def main(db: Database) -> tuple[list[int], list[float]]:
-        coalescer: Coalescer[int, int] = Coalescer(db, _divide(batches), name="test", writes=False)
+    async def main(db: Runtime) -> tuple[list[int], list[float]]:
+        coalescer: Coalescer[int, int] = Coalescer(db.database, _divide(batches), name="test", writes=False)
 
         async def one(n: int) -> tuple[int, float]:
             tally, token = statements.start()
@@ -304,9 +307,9 @@ def test_requests_that_arrive_together_share_a_statement_and_their_shares_of_it(
 def test_requests_touching_one_key_never_share_a_statement(database_url: str) -> None:
     batches: list[list[int]] = []
 
-    async def main(db: Database) -> list[int]:
+    async def main(db: Runtime) -> list[int]:
         coalescer: Coalescer[int, int] = Coalescer(
-            db, _divide(batches), name="test", writes=True, keys=lambda n: {n % 3}
+            db.database, _divide(batches), name="test", writes=True, keys=lambda n: {n % 3}
         )
         try:
             return list(await asyncio.gather(*(coalescer.submit(n) for n in (1, 2, 4, 5, 3))))
@@ -320,8 +323,8 @@ def test_requests_touching_one_key_never_share_a_statement(database_url: str) ->
 def test_a_batch_postgresql_refuses_is_run_request_by_request(database_url: str) -> None:
     batches: list[list[int]] = []
 
-    async def main(db: Database) -> list[Any]:
-        coalescer: Coalescer[int, int] = Coalescer(db, _divide(batches), name="test", writes=True)
+    async def main(db: Runtime) -> list[Any]:
+        coalescer: Coalescer[int, int] = Coalescer(db.database, _divide(batches), name="test", writes=True)
         try:
             return list(await asyncio.gather(*(coalescer.submit(n) for n in (4, 0, 5)), return_exceptions=True))
         finally:
@@ -336,8 +339,8 @@ def test_a_batch_postgresql_refuses_is_run_request_by_request(database_url: str)
 def test_a_caller_that_gave_up_before_its_statement_was_sent_is_not_sent(database_url: str) -> None:
     batches: list[list[int]] = []
 
-    async def main(db: Database) -> list[bool]:
-        coalescer: Coalescer[int, int] = Coalescer(db, _divide(batches), name="test", writes=True)
+    async def main(db: Runtime) -> list[bool]:
+        coalescer: Coalescer[int, int] = Coalescer(db.database, _divide(batches), name="test", writes=True)
         sent = [False, False]
         try:
             gave_up = asyncio.ensure_future(coalescer.submit(1, on_send=lambda: sent.__setitem__(0, True)))
@@ -357,7 +360,7 @@ def test_a_caller_that_gave_up_before_its_statement_was_sent_is_not_sent(databas
 def test_the_coalesced_connections_plan_prepared_statements_once(database_url: str) -> None:
     """The gathers' and writes' connections are the server's own (generic plans, timeouts, application name)."""
 
-    async def main(db: Database) -> list[Any]:
+    async def main(db: Runtime) -> list[Any]:
         seen: list[Any] = []
 
         async def show(conn: Connection, requests: Sequence[int]) -> list[int]:
@@ -366,7 +369,7 @@ def test_the_coalesced_connections_plan_prepared_statements_once(database_url: s
             seen.append((row, name))
             return list(requests)
 
-        coalescer: Coalescer[int, int] = Coalescer(db, show, name="test", writes=False)
+        coalescer: Coalescer[int, int] = Coalescer(db.database, show, name="test", writes=False)
         try:
             await coalescer.submit(1)
         finally:
@@ -383,7 +386,7 @@ def test_steps_of_many_jobs_taken_together_share_each_statement(api: httpx.Clien
     for job, root, sink in jobs:
         _register(api, job, [root], [sink])
 
-    async def steps(db: Database) -> tuple[list[int], list[float], dict[str, int]]:
+    async def steps(db: Runtime) -> tuple[list[int], list[float], dict[str, int]]:
         async def step(job: str, root: str, sink: str) -> tuple[int, float]:
             tally, token = statements.start()
             try:
@@ -413,7 +416,7 @@ def test_racing_steps_of_one_job_on_one_process_never_share_a_write(api: httpx.C
     Then two identical commits at once: one stores, the other finds it committed and answers the same."""
     _register(api, "solo", [R1], [OUT])
 
-    async def race(db: Database) -> tuple[list[Any], list[Any]]:
+    async def race(db: Runtime) -> tuple[list[Any], list[Any]]:
         nexts = await asyncio.gather(
             *(barriers.next_barrier(db, job_id="solo", root_snapshots={R1: 1}, min_interval=0.0) for _ in range(2))
         )
@@ -493,15 +496,15 @@ def test_token_lookups_of_concurrent_requests_share_a_statement_and_each_gets_it
     lookup."""
     names = {"ops": f"ops-{uuid.uuid4().hex}", "runner": f"runner-{uuid.uuid4().hex}", "old": f"old-{uuid.uuid4().hex}"}
 
-    async def lookups(db: Database) -> tuple[list[str | None], int, str | None]:
+    async def lookups(db: Runtime) -> tuple[list[str | None], int, str | None]:
         secrets = {}
         for key, role, jobs in (("ops", "admin", []), ("runner", "job", ["enrich"]), ("old", "reader", [])):
-            secrets[key], _ = await tokens.create_token(db, name=names[key], role=role, job_patterns=jobs)  # type: ignore[arg-type]
-        await tokens.revoke_token(db, name=names["old"])
+            secrets[key], _ = await tokens.create_token(db.database, name=names[key], role=role, job_patterns=jobs)  # type: ignore[arg-type]
+        await tokens.revoke_token(db.database, name=names["old"])
         presented = [secrets["runner"], "ms_unknown", secrets["ops"], secrets["old"], secrets["runner"]]
         found = await asyncio.gather(*(tokens.authenticate(db, token=t) for t in presented))
         calls = db.tokens.calls
-        await tokens.revoke_token(db, name=names["runner"])
+        await tokens.revoke_token(db.database, name=names["runner"])
         again = await tokens.authenticate(db, token=secrets["runner"])
         return [p.name if p else None for p in found], calls, again.name if again else None
 

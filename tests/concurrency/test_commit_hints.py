@@ -27,6 +27,7 @@ from metaservice.db.database import Database
 from metaservice.errors import MetaServiceError
 from metaservice.repositories import protocol as protocol_rows
 from metaservice.repositories.protocol import Gathered
+from metaservice.runtime import Runtime
 from metaservice.services import barriers
 from metaservice.services.commit_hints import Hint
 from metaservice.services.planner import Planner
@@ -44,7 +45,7 @@ def _path(table: str) -> str:
 @dataclass
 class Walk:
     api: httpx.Client
-    db: Database
+    db: Runtime
     rng: random.Random
     snapshots: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ROOTS.values(), 0))
     in_flight: dict[str, int] = field(default_factory=dict)  # job → barrier handed out on this process
@@ -85,7 +86,7 @@ class Walk:
     async def commit_here(self, job: str) -> None:
         barrier = self.in_flight.pop(job)
         hint = self.db.commit_hints.take(job, barrier)
-        async with self.db.connection() as conn:
+        async with self.db.database.connection() as conn:
             fresh = await protocol_rows.gather(conn, name=job, barrier=barrier, windows=False)
         if fresh.job_id is None:
             return
@@ -209,13 +210,15 @@ def test_a_commit_on_the_state_its_next_stored_is_the_commit_a_fresh_gather_plan
     async def main() -> dict[str, int]:
         db = Database(Settings(database_url=database_url))
         await db.open()
-        walk = Walk(api, db, random.Random(seed))
+        runtime = Runtime(db)
+        walk = Walk(api, runtime, random.Random(seed))
         try:
             for _ in range(STEPS):
                 await walk.step()
         except AssertionError as error:
             raise AssertionError(f"seed {seed}: {error}\n" + "\n".join(walk.log[-40:])) from error
         finally:
+            await runtime.close()
             await db.close()
         return walk.figures
 

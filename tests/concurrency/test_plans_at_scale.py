@@ -25,8 +25,8 @@ import httpx
 import psycopg
 from psycopg.types.json import Jsonb
 
-from metaservice.db.allocator import AllocationRequest
 from metaservice.repositories import protocol as protocol_rows
+from metaservice.repositories.allocator import AllocationRequest
 from metaservice.services.planner import Planner
 
 EXTRA = 5000  # jobs, each with a root it reads and a sink it writes

@@ -59,7 +59,7 @@ def main(master: str, base_url: str, lake_root: str) -> None:
     report: dict[str, object] = {"driver_pid": os.getpid(), "rounds": []}
     with MetaServiceClient(base_url) as client:
         jobs = {
-            "clean": EtlJob(spark, client, lake, job_id="clean", sources=[RAW], sinks=[CLEAN]),
+            "clean": EtlJob(spark, client, lake, job_id="clean", sources=[RAW], sinks=[CLEAN], future_roots=[RAW]),
             "daily": EtlJob(spark, client, lake, job_id="daily", sources=[CLEAN], sinks=[DAILY]),
         }
         for job in jobs.values():

@@ -53,7 +53,7 @@ def expected(mode: str) -> list[tuple[int, int, int]]:
 
 
 def make_job(spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog) -> EtlJob:
-    return EtlJob(spark, client, lake, job_id="events", sources=[RAW], sinks=[OUT])
+    return EtlJob(spark, client, lake, job_id="events", sources=[RAW], sinks=[OUT], future_roots=[RAW])
 
 
 def run(job: EtlJob, mode: str, number: int) -> RunResult:

@@ -53,7 +53,7 @@ class Pipeline:
     def __init__(self, spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog, name: str) -> None:
         self.mode, self.first = MODES[name]
         self.broken = False
-        self.job = EtlJob(spark, client, lake, job_id="split", sources=[RAW], sinks=[FIRST, SECOND])
+        self.job = EtlJob(spark, client, lake, job_id="split", sources=[RAW], sinks=[FIRST, SECOND], future_roots=[RAW])
         self.job.register()
 
     def transform(self, inputs: Inputs) -> Mapping[str, DataFrame]:

@@ -6,10 +6,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_client import (
+    Conflict,
     DeltaCatalog,
     EtlJob,
     Inputs,
@@ -30,7 +32,7 @@ def readings(spark: SparkSession, *ids: int) -> DataFrame:
 
 
 def make_job(spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog, **options: Any) -> EtlJob:
-    job = EtlJob(spark, client, lake, job_id="clean", sources=[RAW], sinks=[CLEAN], **options)
+    job = EtlJob(spark, client, lake, job_id="clean", sources=[RAW], sinks=[CLEAN], future_roots=[RAW], **options)
     job.register()
     return job
 
@@ -145,7 +147,9 @@ def test_a_new_job_starts_at_the_newest_barrier_and_start_earliest_backfills(
     spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog
 ) -> None:
     newest = make_job(spark, client, lake)
-    backfill = EtlJob(spark, client, lake, job_id="backfill", sources=[RAW], sinks=[OTHER], start="earliest")
+    backfill = EtlJob(
+        spark, client, lake, job_id="backfill", sources=[RAW], sinks=[OTHER], start="earliest", future_roots=[RAW]
+    )
     backfill.register()
     lake.append(spark, readings(spark, 1), RAW)
     client.issue_barrier({RAW: 0})
@@ -194,3 +198,20 @@ def test_appending_to_a_root_then_run_once_processes_a_new_barrier_without_issue
     second = job.run_once(incremental, mode="append")
     assert first.action == second.action == "process" and second.barrier > first.barrier  # type: ignore[operator]
     assert job.run_once(incremental, mode="append").action == "idle"
+
+
+def test_a_misspelt_source_is_refused_at_register_and_registers_nothing(
+    spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog
+) -> None:
+    typo = "lake.raw.readngs"
+    job = EtlJob(spark, client, lake, job_id="clean", sources=[typo], sinks=[CLEAN])
+    with pytest.raises(Conflict, match=typo) as refused:
+        job.register()
+    assert refused.value.code == "unknown_source"
+    assert httpx.get(f"{client.base_url}/jobs").json()["jobs"] == []  # one request, one outcome: not even the sink
+
+    lake.append(spark, readings(spark, 1), RAW)  # a source storage holds is a root, although MetaService is new to it
+    EtlJob(spark, client, lake, job_id="clean", sources=[RAW], sinks=[CLEAN]).register()
+    assert httpx.get(f"{client.base_url}/jobs/clean").json()["sources"] == [RAW]
+    with pytest.raises(ValueError, match="future_roots must be a list of its sources"):
+        EtlJob(spark, client, lake, job_id="other", sources=[RAW], sinks=[OTHER], future_roots=[typo])

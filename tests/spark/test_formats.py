@@ -1,4 +1,6 @@
-"""One catalog contract, three formats: exact snapshots, tags, modes and each format's own reader, on real tables."""
+"""One catalog contract, three formats: exact snapshots, tags, changes and each format's own reader, on real tables.
+
+The write modes' contract is tests/spark/test_write_mode_contract.py."""
 
 from __future__ import annotations
 
@@ -23,16 +25,13 @@ from spark_client.catalog import (
     PaimonCatalog,
     SchemaMismatch,
 )
-from spark_client.modes import Append, Merge, Overwrite, OverwritePartitions, ReplaceWhere
+from spark_client.modes import Merge, Overwrite, OverwritePartitions
 from tests.spark.formats import FORMATS, make_catalog, snapshot_files, table_files
 
 pytestmark = pytest.mark.spark
 T = "lake.raw.orders"
 SCHEMA = "id long, name string, day long"
-OPEN_FORMATS = (
-    "iceberg",
-    "paimon",
-)  # the formats this catalog writes every mode for (Delta: spark_client.catalog.delta)
+OPEN_FORMATS = ("iceberg", "paimon")  # the formats whose own reader is not a plain file list
 
 
 def frame(spark: SparkSession, *ids: int) -> DataFrame:
@@ -158,75 +157,6 @@ def test_concurrent_writers_each_get_their_own_snapshot(spark: SparkSession, cat
     assert len(set(snapshots.values())) == 3
     everything = ids(spark, catalog, catalog.latest_snapshot(T) or 0)
     assert everything == sorted([0, *(i for n in range(1, 4) for i in range(n * 10, n * 10 + n + 1))])
-
-
-def test_merge_upserts_and_deletes_by_key_rewriting_only_touched_files(
-    spark: SparkSession, open_catalog: Catalog
-) -> None:
-    catalog = open_catalog
-    catalog.append(spark, frame(spark, 1, 3).coalesce(1), T)
-    untouched = catalog.append(spark, frame(spark, 4, 6).coalesce(1), T)
-    before = set(snapshot_files(catalog, T, untouched))
-    changes = spark.createDataFrame(
-        [(1, "m1", 1, False), (3, None, 1, True), (7, "n7", 1, False), (8, None, 0, True)],
-        "id long, name string, day long, gone boolean",
-    )
-    merged = catalog.write(spark, changes, T, mode=Merge(keys=("id",), delete_column="gone"), app_id="j", barrier=5)
-    assert rows(spark, catalog, merged) == [(1, "m1", 1), (4, "n4", 0), (6, "n6", 0), (7, "n7", 1)]
-    after = set(snapshot_files(catalog, T, merged))
-    assert len(before - after) == 1 and len(before & after) == 1  # the file of ids 4, 6 was kept as is
-    assert sorted(own_reader(catalog, T, merged)["id"].to_pylist()) == [1, 4, 6, 7]
-    duplicated = spark.createDataFrame([(1, "a", 1), (1, "b", 1)], SCHEMA)
-    with pytest.raises(ValueError, match="several rows with the same keys"):
-        catalog.write(spark, duplicated, T, mode=Merge(keys=("id",)))
-    assert catalog.latest_snapshot(T) == merged
-
-
-def test_partition_and_predicate_overwrites_replace_exactly_their_rows(
-    spark: SparkSession, open_catalog: Catalog
-) -> None:
-    catalog = open_catalog
-    catalog.append(spark, frame(spark, 1, 2, 3, 4), T)
-    by_day = catalog.write(spark, frame(spark, 10), T, mode=OverwritePartitions(columns=("day",)))
-    assert ids(spark, catalog, by_day) == [1, 3, 10]  # day 0 (ids 2, 4) replaced, day 1 kept
-    where = catalog.write(spark, frame(spark, 21, 23), T, mode=ReplaceWhere("day = 1"))
-    assert ids(spark, catalog, where) == [10, 21, 23]
-    with pytest.raises(ValueError, match="must match its predicate"):
-        catalog.write(spark, frame(spark, 30), T, mode=ReplaceWhere("day = 1"))
-    with pytest.raises(ValueError, match=r"columns \['nope'\]"):
-        catalog.write(spark, frame(spark, 30), T, mode=OverwritePartitions(columns=("nope",)))
-    assert catalog.latest_snapshot(T) == where
-    assert sorted(own_reader(catalog, T, where)["id"].to_pylist()) == [10, 21, 23]
-
-
-def test_schema_merge_adds_columns_and_old_rows_read_null(spark: SparkSession, open_catalog: Catalog) -> None:
-    catalog = open_catalog
-    first = catalog.append(spark, frame(spark, 1), T)
-    wider = spark.createDataFrame([(2, "n2", 0, 2.5)], "id long, name string, day long, score double")
-    with pytest.raises(SchemaMismatch, match="score: table missing, data double"):
-        catalog.write(spark, wider, T, mode=Append())
-    merged = catalog.write(spark, wider, T, mode=Append(schema="merge"))
-    assert rows(spark, catalog, merged) == [(1, "n1", 1, None), (2, "n2", 0, 2.5)]
-    assert rows(spark, catalog, first) == [(1, "n1", 1)]  # an old snapshot keeps its schema
-    assert sorted(own_reader(catalog, T, merged)["score"].to_pylist(), key=str) == [2.5, None]
-
-
-def test_bad_write_arguments_are_rejected_before_writing(spark: SparkSession, open_catalog: Catalog) -> None:
-    catalog = open_catalog
-    df = frame(spark, 1)
-    with pytest.raises(ValueError, match="together"):
-        catalog.write(spark, df, T, mode="append", app_id="enrich")
-    with pytest.raises(ValueError, match="set by the catalog"):
-        catalog.write(spark, df, T, mode="append", metadata={"metaservice.barrier": "3"})
-    with pytest.raises(ValueError, match="mode must be"):
-        catalog.write(spark, df, T, mode="merge")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"span .*cannot store"):
-        catalog.append(spark, spark.sql("select interval '1' day as span"), T)
-    with pytest.raises(ValueError, match="whole-table Overwrite"):
-        catalog.write(spark, df, T, mode=Append(schema="overwrite"))
-    with pytest.raises(ValueError, match=r"catalog\.database\.table"):
-        catalog.location("raw.orders")
-    assert catalog.latest_snapshot(T) is None and not os.path.exists(catalog.location(T))
 
 
 def test_iceberg_snapshot_ids_are_sequence_numbers_that_pyiceberg_opens(spark: SparkSession, tmp_path: Path) -> None:

@@ -56,8 +56,10 @@ def customers(spark: SparkSession) -> DataFrame:
 
 def jobs(spark: SparkSession, client: MetaServiceClient, lake: Catalog) -> dict[str, EtlJob]:
     made = {
-        "enrich": EtlJob(spark, client, lake, job_id="enrich", sources=[ORDERS], sinks=[ENRICHED]),
-        "dims": EtlJob(spark, client, lake, job_id="dims", sources=[CUSTOMERS], sinks=[DIM]),
+        "enrich": EtlJob(
+            spark, client, lake, job_id="enrich", sources=[ORDERS], sinks=[ENRICHED], future_roots=[ORDERS]
+        ),
+        "dims": EtlJob(spark, client, lake, job_id="dims", sources=[CUSTOMERS], sinks=[DIM], future_roots=[CUSTOMERS]),
         "revenue": EtlJob(spark, client, lake, job_id="revenue", sources=[ENRICHED, DIM], sinks=[REVENUE]),
     }
     for job in made.values():

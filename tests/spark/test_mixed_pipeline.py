@@ -148,10 +148,12 @@ def test_each_format_reader_opens_the_snapshot_the_service_reports(
     job.register()
     dims_job.register()
     dims_processed = []
-    enriched_at = []
+    enriched_at: list[int] = []
     for round_no in (1, 2):
         ingest(spark, mixed, round_no)
-        enriched_at += [r.barrier for r in job.run_pending(enrich, mode="append") if r.action == "process"]
+        enriched_at += [
+            r.barrier for r in job.run_pending(enrich, mode="append") if r.barrier is not None and r.action == "process"
+        ]
         results = dims_job.run_pending(dims, mode="overwrite")
         dims_processed += [r.barrier for r in results if r.action == "process"]
     reported = client.version(ENRICHED, "weak")

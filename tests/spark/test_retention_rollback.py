@@ -38,7 +38,7 @@ def orders(spark: SparkSession, rows: list[tuple[int, int]]) -> DataFrame:
 
 def pipeline(spark: SparkSession, client: MetaServiceClient, lake: Catalog) -> list[tuple[EtlJob, Transform]]:
     jobs: list[tuple[EtlJob, Transform]] = [
-        (EtlJob(spark, client, lake, job_id="totals", sources=[ORDERS], sinks=[TOTALS]), totals),
+        (EtlJob(spark, client, lake, job_id="totals", sources=[ORDERS], sinks=[TOTALS], future_roots=[ORDERS]), totals),
         (EtlJob(spark, client, lake, job_id="report", sources=[TOTALS], sinks=[REPORT]), report),
     ]
     for job, _ in jobs:

@@ -22,7 +22,8 @@ LANGUAGE plpgsql VOLATILE AS $fn$
 -- roots) is also refused when the job is unknown or inactive or a reported table is not one of its current
 -- sources; it records only snapshots newer than the known ones, seals when any root the job reads has an unsealed
 -- snapshot (its `when_unsealed` are those roots); while the job has a barrier in flight (a repeated `next`, whose
--- barrier and inputs are fixed) it records the newer snapshots and seals nothing, like a report.
+-- barrier and inputs are fixed) it records the newer snapshots and seals nothing, like a report. A job's report
+-- of a root in a group (`tables.root_group`) records nothing: the group's ingestion reports its roots together.
 -- Then, in request order:
 --   report:  answers the newest known snapshots;
 --   barrier: issues a barrier sealing every root's newest snapshot; a key issued before answers that barrier
@@ -143,15 +144,20 @@ BEGIN
          WHERE v_record[u.i]
          GROUP BY s.key
     ), recorded AS (
+        -- A root of a group (`tables.root_group`) takes no job's report: its ingestion reports the group's
+        -- snapshots together, so that no barrier seals a part of it.
         UPDATE tables t
-           SET latest_snapshot_id = greatest(coalesce(t.latest_snapshot_id, -1), r.top),
+           SET latest_snapshot_id = greatest(coalesce(t.latest_snapshot_id, -1),
+                                             CASE WHEN t.root_group IS NULL THEN r.top ELSE r.top_any END),
                latest_snapshot_at = now(),
                sealable = t.sealable OR coalesce(r.top_any >= coalesce(t.latest_snapshot_id, -1), false)
-                                     OR coalesce(r.top_job > coalesce(t.latest_snapshot_id, -1), false),
+                                     OR (t.root_group IS NULL
+                                         AND coalesce(r.top_job > coalesce(t.latest_snapshot_id, -1), false)),
                seal_candidate = true
           FROM top r
          WHERE t.name = r.name AND t.name = ANY(ARRAY(SELECT name FROM top))
-           AND (r.top_any IS NOT NULL OR r.top_job > coalesce(t.latest_snapshot_id, -1))
+           AND (r.top_any IS NOT NULL
+                OR (t.root_group IS NULL AND r.top_job > coalesce(t.latest_snapshot_id, -1)))
         RETURNING t.name, t.latest_snapshot_id
     )
     SELECT coalesce(jsonb_object_agg(name, latest_snapshot_id), '{}'::jsonb) INTO v_recorded FROM recorded;

@@ -14,16 +14,16 @@ from typing import Any, Literal
 from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import in_transaction
 from metaservice.errors import Forbidden, InvalidRequest
-from metaservice.schemas import Registration
-from metaservice.services import registry
-from metaservice.services.openlineage.events import (
+from metaservice.openlineage.events import (
     IgnoredDataset,
     IngestedEvent,
     OpenLineageDataset,
     OpenLineageDatasetEvent,
     OpenLineageEvent,
 )
-from metaservice.services.openlineage.mapping import DatasetMapping, InvalidMapping
+from metaservice.openlineage.mapping import DatasetMapping, InvalidMapping
+from metaservice.schemas import Registration
+from metaservice.services import registry
 from metaservice.services.tokens import Principal
 
 Unmapped = Literal["ignore", "reject"]

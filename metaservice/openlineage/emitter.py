@@ -1,6 +1,6 @@
 """OpenLineage out: every barrier run that ends is sent as a RunEvent, in the background, never in the way.
 
-Runs arrive through the request outbox (`outbox.py`) into a bounded queue; when it is full the oldest run is
+Runs arrive through the request outbox (`runs.py`) into a bounded queue; when it is full the oldest run is
 dropped and counted (`metaservice_openlineage_events_dropped_total`). A few sender tasks, started in the app's
 lifespan, build each event with openlineage-python's own model classes, serialise it with its `Serde`, and POST
 it with retries (connection errors, timeouts, 5xx, 408 and 429; jittered exponential backoff) through one
@@ -45,7 +45,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 
 from metaservice import __version__
 from metaservice.observability import OpenLineageCounters
-from metaservice.services.openlineage.outbox import EndedRun
+from metaservice.openlineage.runs import EndedRun
 from metaservice.settings import Settings
 
 logger = logging.getLogger("metaservice.openlineage")

@@ -2,7 +2,8 @@
 
 The protocol calls `run_committed` / `run_aborted` right after its write (a line each in `services/barriers.py`);
 they only append to the request's outbox, a list in a context variable that `RunOutbox` (a pure ASGI
-middleware, installed only when an OpenLineage URL is configured) sets for each request. When the answer is a
+middleware in `api/openlineage_outbox.py`, installed only when an OpenLineage URL is configured) sets for each
+request. When the answer is a
 success the middleware gives the runs to the emitter's queue; otherwise they are dropped, because the change
 did not happen: an abort made inside a registration or rollback transaction is only real once that transaction
 commits, and the request answers 2xx exactly then. Without an emitter the hooks cost one context variable read.
@@ -12,15 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
 if TYPE_CHECKING:
     from metaservice.domain.world import JobView, RunView, World
-    from metaservice.services.openlineage.emitter import OpenLineageEmitter
 
 
 @dataclass(frozen=True)
@@ -57,39 +55,19 @@ def run_aborted(world: World, job: JobView, run: RunView, reason: str, *, by: Li
         box.append(EndedRun(job.name, run.barrier, "aborted", dict(run.inputs), sinks, by, reason, time.time()))
 
 
-class RunOutbox:
-    """Pure ASGI middleware: one outbox per request, delivered to `app.state.openlineage` on a 2xx answer."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        box: list[EndedRun] = []
-        token = _outbox.set(box)
-        status = 0
-
-        async def send_status(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_status)
-        finally:
-            _outbox.reset(token)
-        if box and 200 <= status < 300:
-            emitter: OpenLineageEmitter | None = getattr(scope["app"].state, "openlineage", None)
-            if emitter is not None:
-                emitter.deliver(_unique(box))
-
-
-def _unique(box: list[EndedRun]) -> list[EndedRun]:
+def drain(box: list[EndedRun]) -> list[EndedRun]:
     """One entry per (job, barrier, outcome): a transaction re-run after a deadlock calls the hooks again."""
     seen: dict[tuple[str, int, str], EndedRun] = {}
     for run in box:
         seen.setdefault((run.job_id, run.barrier, run.status), run)
     return list(seen.values())
+
+
+def collecting() -> tuple[list[EndedRun], Token[list[EndedRun] | None]]:
+    """Start collecting the runs that end in this context (a request); `stop(token)` ends it."""
+    box: list[EndedRun] = []
+    return box, _outbox.set(box)
+
+
+def stop(token: Token[list[EndedRun] | None]) -> None:
+    _outbox.reset(token)

@@ -8,7 +8,8 @@ its own: a batch of seals shares one). At low load a request is sent at once
 (after one turn of the event loop, which lets requests that arrived together join); under load the batch grows
 with the load and the statement count per request falls below one.
 
-The batches are served by `db/coalescer.py` (as the protocol's gathers and writes are): one dedicated connection
+The batches are served by `db/coalescer.py` (as the protocol's gathers and writes are; `metaservice/runtime.py`
+builds them all): one dedicated connection
 per server process, never one of the request pool's, so a pool exhausted by waiting requests cannot starve the
 allocator. Several server processes each run their own allocator; the clock row lock orders them. The call runs
 under the database deadline; a connection lost while a call was in flight answers every request of the batch
@@ -28,6 +29,7 @@ from metaservice.db.coalescer import Coalescer
 
 if TYPE_CHECKING:
     from metaservice.db.database import Connection, Database
+    from metaservice.db.listener import ChangeNotifier
 # An allocation that issued a barrier (sealing root snapshots into new ranges) may make a newer consistent version
 # exist: once the call returned (autocommit: committed), freshness-bounded reads are told through the notifier,
 # off this connection (a NOTIFY in the call would take PostgreSQL's database-wide notify lock at every commit).
@@ -96,8 +98,8 @@ class Allocation:
 class Allocator:
     """Queues allocation requests and serves them in batches on one dedicated connection (db/coalescer.py)."""
 
-    def __init__(self, db: Database) -> None:
-        self._db = db
+    def __init__(self, db: Database, notifier: ChangeNotifier) -> None:
+        self._notifier = notifier
         self._batches: Coalescer[AllocationRequest, Allocation] = Coalescer(
             db, self._call, name="metaservice-allocator", writes=True, after=("barrier_allocated",), what="allocating"
         )
@@ -123,5 +125,5 @@ class Allocator:
         row = await cursor.fetchone()
         answers = row[0] if row is not None else []
         if any(answer.get("barrier") is not None for answer in answers):
-            self._db.notifier.changed()
+            self._notifier.changed()
         return [Allocation.from_wire(answer) for answer in answers]
