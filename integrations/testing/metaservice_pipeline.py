@@ -113,7 +113,7 @@ def version_waiters(api: httpx.Client) -> int:
     raise AssertionError("metaservice_version_waiters is not in /metrics")
 
 
-def when_waiting(api: httpx.Client, action: Any, *, waiters: int = 1, timeout: float = 120) -> threading.Thread:
+def when_waiting(api: httpx.Client, action: Any, *, waiters: int = 1, timeout: float = 600) -> threading.Thread:
     """Run `action` in a thread as soon as at least `waiters` reads wait on the server (a long poll is parked),
     so that it provably happens while the orchestrator waits."""
     failure: list[BaseException] = []

@@ -24,7 +24,7 @@ def test_deferred_sensor_hands_over_the_barrier_and_the_downstream_task_reads_ex
     def build() -> DAG:
         with DAG("sensor_handover", schedule=None) as dag:
             ready = MetaServiceConsistencySensor(
-                task_id="ready", tables=chain.tables, min_barrier=barrier0 + 1, timeout=120, poll_seconds=5
+                task_id="ready", tables=chain.tables, min_barrier=barrier0 + 1, timeout=600, poll_seconds=5
             )
 
             @task
@@ -72,7 +72,7 @@ def test_a_server_down_then_answering_503_delays_the_wait_and_never_fails_it(
         def build() -> DAG:
             with DAG("sensor_outage", schedule=None) as dag:
                 MetaServiceConsistencySensor(
-                    task_id="ready", tables=chain.tables, min_barrier=barrier0 + 1, timeout=240, poll_seconds=5
+                    task_id="ready", tables=chain.tables, min_barrier=barrier0 + 1, timeout=600, poll_seconds=5
                 )
             return dag
 
@@ -106,7 +106,7 @@ def test_the_sensor_waits_in_the_worker_when_not_deferrable(chain: Chain) -> Non
     def build() -> DAG:
         with DAG("sensor_in_worker", schedule=None) as dag:
             MetaServiceConsistencySensor(
-                task_id="ready", tables=chain.tables, min_barrier=barrier0 + 1, timeout=120, deferrable=False
+                task_id="ready", tables=chain.tables, min_barrier=barrier0 + 1, timeout=600, deferrable=False
             )
         return dag
 
