@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 FORMAT ?= delta
 
-.PHONY: install demo test test-fast soak serve lint typecheck docs bench clean
+.PHONY: install demo test test-fast soak serve lint typecheck typecheck-integrations docs bench clean venv-airflow venv-dagster
 
 install: $(STAMP)
 
@@ -14,6 +14,28 @@ $(STAMP): pyproject.toml setup.py
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[all,dev]'
 	touch $(STAMP)
+
+# The orchestrator packages (integrations/*) each get a virtualenv of their own, so that the pins of Airflow and
+# Dagster never constrain the server's: the root project from this checkout (no extras: the client's HTTP part),
+# the package, and pytest. tests/test_integrations.py makes them when missing and runs integrations/*/tests in
+# them. uv (a dev dependency) when the main venv has it, else pip. Rebuilt when a pyproject changes.
+UV := $(wildcard $(BIN)/uv)
+ORCH_PYTHON ?= $(shell command -v python3.11 || command -v $(PYTHON))
+define orch_venv
+	rm -rf $(1)
+	$(if $(UV),$(UV) venv --quiet --python $(ORCH_PYTHON) $(1),$(ORCH_PYTHON) -m venv $(1))
+	$(if $(UV),$(UV) pip install --quiet --python $(1)/bin/python,$(1)/bin/pip install --quiet) \
+	  -e . -e 'integrations/$(2)[test]'
+	touch $(1)/.installed
+endef
+
+venv-airflow: .venv-airflow/.installed
+.venv-airflow/.installed: pyproject.toml setup.py integrations/airflow/pyproject.toml
+	$(call orch_venv,.venv-airflow,airflow)
+
+venv-dagster: .venv-dagster/.installed
+.venv-dagster/.installed: pyproject.toml setup.py integrations/dagster/pyproject.toml
+	$(call orch_venv,.venv-dagster,dagster)
 
 demo: install
 	$(BIN)/python -m demo --format $(FORMAT)
@@ -41,13 +63,19 @@ serve: install
 	$(BIN)/metaservice serve
 
 lint: install
-	$(BIN)/ruff check metaservice spark_client tests bench migrations demo setup.py docs/examples
-	$(BIN)/ruff format --check metaservice spark_client tests bench migrations demo setup.py docs/examples
+	$(BIN)/ruff check metaservice spark_client tests bench migrations demo setup.py docs/examples integrations
+	$(BIN)/ruff format --check metaservice spark_client tests bench migrations demo setup.py docs/examples integrations
 	$(BIN)/lint-imports  # the import layers contract (.importlinter, docs/design.md "Code layout")
 
 # mypy --strict (pyproject.toml) over the code, its tests and the benchmarks.
 typecheck: install
 	$(BIN)/mypy metaservice spark_client tests bench demo docs/examples
+
+# mypy --strict over the orchestrator packages, against their own virtualenvs' Airflow and Dagster (the client they
+# import is checked by `make typecheck`, where pyspark and the format libraries are installed).
+typecheck-integrations: install venv-airflow venv-dagster
+	$(BIN)/mypy --python-executable .venv-airflow/bin/python --strict --follow-imports=silent integrations/airflow/src
+	$(BIN)/mypy --python-executable .venv-dagster/bin/python --strict --follow-imports=silent integrations/dagster/src
 
 # The documentation site (mkdocs.yml) into build/site; --strict: a broken link or anchor, or a page missing from
 # the nav, fails the build.
@@ -58,4 +86,4 @@ bench: install
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .test-pg
+	rm -rf $(VENV) .venv-airflow .venv-dagster .pytest_cache .mypy_cache .ruff_cache .test-pg

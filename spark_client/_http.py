@@ -666,6 +666,29 @@ class MetaServiceClient:
         """
         return self._object("GET", f"/tables/{_table_path(table)}")
 
+    def delay(self, table: str) -> dict[str, Any]:
+        """A table's delay: `freshness_seconds`, `lag_seconds`, the critical path and its `bottleneck_job`.
+
+        Raises:
+            NotFound: the table is unknown.
+
+        Example:
+            late = client.delay("lake.mart.revenue")["freshness_seconds"] > 3600
+        """
+        return self._object("GET", f"/tables/{_table_path(table)}/delay")
+
+    def delays(self) -> list[dict[str, Any]]:
+        """Every table's delay (as `delay`), worst first.
+
+        Example:
+            worst = client.delays()[0]["table"]
+        """
+        data = self._object("GET", "/delays")
+        items = data.get("delays")
+        if not isinstance(items, list):
+            raise MetaServiceError(f"GET /delays: expected a list: {data!r:.200}", code="invalid_response")
+        return [dict(item) for item in items]
+
     def lineage(
         self, table: str | None = None, *, direction: Direction = "both", depth: int | None = None
     ) -> dict[str, Any]:
