@@ -105,6 +105,7 @@ def test_a_batch_job_runs_once_per_format_under_connect(
 ) -> None:
     """Append to a root, then two rounds of a job writing a Merge sink and an Append sink: the copy-on-write
     plan (file names from `_metadata`, joins), the checks and the writes all go through Connect."""
+    catalog.append(connect, readings(connect, (1, "a", 10), (2, "b", 20)), RAW)
     job = EtlJob(connect, client, catalog, job_id="latest", sources=[RAW], sinks=[LATEST, HISTORY])
     job.register()
 
@@ -113,7 +114,6 @@ def test_a_batch_job_runs_once_per_format_under_connect(
         return {LATEST: changes, HISTORY: changes}
 
     modes: dict[str, WriteMode] = {LATEST: Merge(keys=("id",)), HISTORY: Append()}
-    catalog.append(connect, readings(connect, (1, "a", 10), (2, "b", 20)), RAW)
     first = job.run_once(transform, mode=modes)
     assert first.action == "process"
     catalog.append(connect, readings(connect, (2, "b", 21), (3, "c", 30)), RAW)
@@ -136,9 +136,9 @@ def test_a_consistent_read_under_connect(connect: SparkSession, client: MetaServ
     from tests.spark.formats import make_catalog
 
     catalog = make_catalog("delta", tmp_path / "lake")
+    catalog.append(connect, readings(connect, (1, "a", 10)), RAW)
     job = EtlJob(connect, client, catalog, job_id="copy", sources=[RAW], sinks=[HISTORY])
     job.register()
-    catalog.append(connect, readings(connect, (1, "a", 10)), RAW)
     done = job.run_once(lambda inputs: {HISTORY: inputs.changes(RAW)}, mode="append")
     assert done.action == "process"
     catalog.append(connect, readings(connect, (2, "b", 20)), RAW)  # newer than the consistent version
