@@ -313,7 +313,7 @@ async def settle_idle(rt: Runtime, *, job_names: Sequence[str]) -> int:
 
         try:
             return await _retrying(rt.database, step, what=f"job {name!r}")
-        except Unavailable:
+        except MetaServiceError:  # best effort: the read answers on what is stored (and reports an outage itself)
             return False
 
     settled = [False] * len(job_names)

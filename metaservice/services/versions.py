@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 MAX_STEPS_BACK = 1024
 # A read lets at most this many writers complete barriers idle before it answers (rule 12).
 MAX_IDLE_WRITERS = 64
+# Idle writers are settled concurrently; one settled after its downstream writer tried lets that one settle in the
+# next round. A round that settles nobody ends the loop, so this only bounds a long chain.
+SETTLE_ROUNDS = 4
 
 
 async def consistent_versions(
@@ -74,7 +77,9 @@ async def _read_settled(
         return await _newest(conn, names=names, consistency=consistency)
 
     read = await in_transaction(rt.database, work, isolation="REPEATABLE READ", read_only=True)
-    if read.idle_writers and await barriers.settle_idle(rt, job_names=read.idle_writers):
+    for _ in range(SETTLE_ROUNDS):  # each round settled someone: a writer settled first unblocks one downstream
+        if not (read.idle_writers and await barriers.settle_idle(rt, job_names=read.idle_writers)):
+            break
         read = await in_transaction(rt.database, work, isolation="REPEATABLE READ", read_only=True)
     return read.versions if read.versions is not None else read.holding
 
@@ -165,7 +170,9 @@ async def standing(rt: Runtime, *, names: list[str], consistency: Consistency) -
         return read, issued, now
 
     read, issued, now = await in_transaction(rt.database, work, isolation="REPEATABLE READ", read_only=True)
-    if read.idle_writers and await barriers.settle_idle(rt, job_names=read.idle_writers):
+    for _ in range(SETTLE_ROUNDS):
+        if not (read.idle_writers and await barriers.settle_idle(rt, job_names=read.idle_writers)):
+            break
         read, issued, now = await in_transaction(rt.database, work, isolation="REPEATABLE READ", read_only=True)
     return Standing(read.versions, issued, now, read.holding)
 
