@@ -1,7 +1,8 @@
 """Shared fixtures: a real PostgreSQL (embedded by default), one migrated database and one real server per
 xdist worker, and a plain HTTP client against it. Tables are truncated after each test.
 
-Markers follow the directory: every test under tests/spark is `spark`, under tests/browser `browser`, under
+Markers follow the directory: every test under tests/spark and tests/streaming is `spark`, under tests/browser
+`browser`, under
 tests/crash and tests/faults `crash` (a Spark test that kills a driver may be `crash` as well), and a test elsewhere
 carrying one of these markers is refused (move it).
 `make test-fast` deselects them, and no test that is not `spark` may start a JVM: a test that does fails, unless a
@@ -30,7 +31,13 @@ from tests import support
 _TEST_POSTGRES = pytest.StashKey[Any]()
 _SPARK_RAN = pytest.StashKey[bool]()
 TESTS = Path(__file__).resolve().parent
-DIRECTORY_MARKERS = {"spark": "spark", "browser": "browser", "crash": "crash", "faults": "crash"}
+DIRECTORY_MARKERS = {
+    "spark": "spark",
+    "streaming": "spark",
+    "browser": "browser",
+    "crash": "crash",
+    "faults": "crash",
+}
 
 
 def directory_marker(path: Path) -> str | None:
