@@ -75,7 +75,7 @@ def test_a_driver_killed_in_a_micro_batch_restarts_from_its_checkpoint_without_d
     crashed = subprocess.run(
         args, cwd=support.REPO, env={**os.environ, ENV: failpoint}, capture_output=True, text=True, timeout=300
     )
-    assert crashed.returncode == -9, f"the driver was not killed at {failpoint}: {crashed.stderr[-3000:]}"
+    assert crashed.returncode == -9, f"the driver was not killed at {failpoint}: {crashed.stderr[-8000:]}"
 
     catalog.append(spark, crash_stream.batch(spark, 200, 5), RAW)  # after the restart: one more barrier
     second = crash_stream.make_job(spark, client, catalog, checkpoint)
