@@ -91,7 +91,7 @@ def check_trigger(trigger: Mapping[str, Any] | None) -> dict[str, Any]:
     supported = "processingTime='<interval>' (e.g. '1 second') or availableNow=True"
     if not isinstance(trigger, Mapping) or len(trigger) != 1:
         raise UnsupportedTrigger(f"a streaming job runs with one trigger, {supported}; got {trigger!r}")
-    (name, value), = trigger.items()
+    ((name, value),) = trigger.items()
     if name == "processingTime" and isinstance(value, str) and value.strip():
         return {"processingTime": value}
     if name == "availableNow" and value is True:
@@ -290,9 +290,7 @@ class StreamingJob:
             )
         return offsets[0]
 
-    def _write_batch(
-        self, df: DataFrame, batch_id: int, modes: Mapping[str, WriteMode], split: Split | None
-    ) -> None:
+    def _write_batch(self, df: DataFrame, batch_id: int, modes: Mapping[str, WriteMode], split: Split | None) -> None:
         started = time.monotonic()
         offset = self._barrier_of(batch_id)
         barrier = offset.barrier
@@ -348,7 +346,9 @@ class StreamingJob:
         action: Literal["process", "replayed"] = "replayed" if len(reused) == len(self.sinks) else "process"
         elapsed = time.monotonic() - started
         self.history.append(BatchResult(batch_id, barrier, action, dict(written), tuple(reused), elapsed))
-        logger.info("streaming job %s: micro-batch %d committed barrier %d → %s", self.job_id, batch_id, barrier, written)
+        logger.info(
+            "streaming job %s: micro-batch %d committed barrier %d → %s", self.job_id, batch_id, barrier, written
+        )
         _failpoints.hit("before_spark_commit_log")
 
     def _frames(self, df: DataFrame, split: Split | None, barrier: int) -> Mapping[str, DataFrame]:

@@ -10,6 +10,7 @@ executors. A restart from the checkpoint replays the journaled offset: the same 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Iterator, Sequence
@@ -157,10 +158,8 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 logger.warning("%s; reading it whole for this barrier (on_rewrite='full')", where)
                 return snapshot_files(self.catalog, self.table, span.snapshot)
             if self.on_rewrite == "abort":
-                try:
+                with contextlib.suppress(NotInFlight):  # aborted already: a replay of this micro-batch
                     self.client.abort_barrier(self.job_id, offset.barrier, reason=f"{where} (on_rewrite='abort')")
-                except NotInFlight:
-                    pass  # aborted already: a replay of this micro-batch
                 logger.warning("%s; gave the barrier up (on_rewrite='abort')", where)
                 return []
             raise NotAppendOnly(

@@ -21,7 +21,6 @@ from pyspark.sql import SparkSession
 from spark_client import MetaServiceClient
 from spark_client._failpoints import ENV
 from spark_client.catalog import Catalog
-from spark_client.streaming import StreamingJob
 from spark_client.streaming._offsets import journaled_offsets
 from tests import support
 from tests.spark.formats import COMMIT_FAILPOINT, FORMATS, make_catalog
@@ -71,7 +70,16 @@ def test_a_driver_killed_in_a_micro_batch_restarts_from_its_checkpoint_without_d
     catalog.append(spark, crash_stream.batch(spark, 100, 7), RAW)
 
     root = str(tmp_path / "lake")
-    args = [sys.executable, "-m", "tests.streaming.crash_stream", server.base_url, format_name, root, checkpoint, trigger]
+    args = [
+        sys.executable,
+        "-m",
+        "tests.streaming.crash_stream",
+        server.base_url,
+        format_name,
+        root,
+        checkpoint,
+        trigger,
+    ]
     crashed = subprocess.run(
         args, cwd=support.REPO, env={**os.environ, ENV: failpoint}, capture_output=True, text=True, timeout=300
     )

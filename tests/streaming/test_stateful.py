@@ -41,7 +41,12 @@ def test_a_windowed_aggregation_equals_its_batch_recomputation_at_every_barrier_
     lake.append(spark, job_module.batch(spark, CRASH_AT), RAW)
     args = [sys.executable, "-m", "tests.streaming.stateful_stream", server.base_url, lake.root, checkpoint]
     crashed = subprocess.run(
-        args, cwd=support.REPO, env={**os.environ, ENV: "after_delta_commit"}, capture_output=True, text=True, timeout=300
+        args,
+        cwd=support.REPO,
+        env={**os.environ, ENV: "after_delta_commit"},
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert crashed.returncode == -9, crashed.stderr[-3000:]
 

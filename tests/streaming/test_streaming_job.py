@@ -72,7 +72,9 @@ def test_processing_time_query_follows_new_root_data(
     job = make_job(spark, client, catalog, tmp_path)
     catalog.append(spark, batch(spark, 0, 4), RAW)
     counts = job.read(RAW).groupBy("k").count()
-    query = job.start(counts, mode=Merge(keys=("k",)), output_mode="update", trigger={"processingTime": "200 milliseconds"})
+    query = job.start(
+        counts, mode=Merge(keys=("k",)), output_mode="update", trigger={"processingTime": "200 milliseconds"}
+    )
     try:
         query.processAllAvailable()
         catalog.append(spark, batch(spark, 10, 6), RAW)
@@ -81,9 +83,8 @@ def test_processing_time_query_follows_new_root_data(
         query.stop()
     assert query.exception() is None
     versions = client.versions([RAW, OUT], "strong")
-    expected = sorted(
-        (k, n) for k, n in ((r["k"], r["count"]) for r in catalog.read_at(spark, RAW, versions.versions[RAW]).groupBy("k").count().collect())
-    )
+    raw = catalog.read_at(spark, RAW, versions.versions[RAW])
+    expected = sorted((r["k"], r["count"]) for r in raw.groupBy("k").count().collect())
     assert rows(spark, catalog, OUT, versions.versions[OUT]) == expected
     assert len([r for r in job.history if r.action == "process"]) == 2
 
@@ -92,7 +93,7 @@ def test_unsupported_triggers_and_modes_are_refused_naming_the_supported_ones(
     spark: SparkSession, client: MetaServiceClient, lake: Catalog, tmp_path: Path
 ) -> None:
     for trigger in ({"once": True}, {"continuous": "1 second"}, {"availableNow": False}, {}):
-        with pytest.raises(UnsupportedTrigger, match="processingTime.*availableNow"):
+        with pytest.raises(UnsupportedTrigger, match=r"processingTime.*availableNow"):
             check_trigger(trigger)
     assert check_trigger(None) == {"processingTime": "1 second"}
     job = make_job(spark, client, lake, tmp_path)
