@@ -14,17 +14,22 @@ Example:
 from spark_client.streaming.job import (
     SUPPORTED_TRIGGERS,
     BatchResult,
+    CheckpointAfterRollback,
     StreamingJob,
     UnexpectedMicroBatch,
     UnsupportedTrigger,
     check_trigger,
 )
+from spark_client.streaming.progress import BarrierFigures, BarrierProgress
 from spark_client.streaming.source import NAME, MetaServiceDataSource, register
 
 __all__ = [
     "NAME",
     "SUPPORTED_TRIGGERS",
+    "BarrierFigures",
+    "BarrierProgress",
     "BatchResult",
+    "CheckpointAfterRollback",
     "MetaServiceDataSource",
     "StreamingJob",
     "UnexpectedMicroBatch",

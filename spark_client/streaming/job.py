@@ -47,6 +47,14 @@ class UnsupportedTrigger(ValueError):
     """
 
 
+class CheckpointAfterRollback(RuntimeError):
+    """The checkpoint holds state built from barriers a rollback undid in a sink; nothing was started.
+
+    Start the query with a new checkpoint (a full refresh: the job recomputes from its `start`), after emptying or
+    restoring its sinks as the rollback left them.
+    """
+
+
 class UnexpectedMicroBatch(RuntimeError):
     """A micro-batch the job cannot map to exactly one barrier (sources at different barriers, a no-data batch
     with rows, a checkpoint without the offsets of the `metaservice` source); nothing was written."""
@@ -72,6 +80,16 @@ class BatchResult:
     snapshots: Mapping[str, int] = field(default_factory=dict)
     reused: tuple[str, ...] = ()
     seconds: float = 0.0
+
+
+def _last_committed_batch(checkpoint: str) -> int | None:
+    """The newest micro-batch Spark recorded done in the checkpoint's commit log, or None."""
+    try:
+        names = os.listdir(os.path.join(checkpoint, "commits"))
+    except FileNotFoundError:
+        return None
+    done = [int(name) for name in names if name.isdigit()]
+    return max(done) if done else None
 
 
 def check_trigger(trigger: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -253,6 +271,7 @@ class StreamingJob:
             )
         if self._roots is None:
             self.register()
+        self.check_checkpoint()
         # A micro-batch without a new barrier would carry rows (watermark evictions) no barrier stands for:
         # they come with the next barrier's micro-batch instead.
         self.spark.conf.set(NO_DATA_BATCHES, "false")
@@ -268,6 +287,48 @@ class StreamingJob:
             .trigger(**kwargs)
         )
         return writer.start()
+
+    def check_checkpoint(self) -> None:
+        """Refuse a checkpoint whose last micro-batch wrote a commit a rollback has undone since.
+
+        Spark's state and offsets in the checkpoint include that micro-batch; continuing from them would keep
+        state built from undone data. A sink was rolled back when it holds a restore this job did not make after
+        the micro-batch's baseline, when it is older than that baseline, or when the micro-batch's tagged commit
+        is gone.
+
+        Raises:
+            CheckpointAfterRollback: what to do instead (a new checkpoint).
+
+        Example:
+            job.check_checkpoint()   # start() calls it
+        """
+        last = _last_committed_batch(self.checkpoint)
+        if last is None:
+            return
+        offsets = [o for o in journaled_offsets(self.checkpoint, last) if o.job_id == self.job_id]
+        if not offsets or offsets[0].barrier == 0:
+            return
+        offset = offsets[0]
+        for sink in self.sinks:
+            if sink not in offset.sinks:
+                continue
+            baseline = offset.sinks[sink]
+            try:
+                records = self.catalog.commits_after(sink, baseline)
+            except ValueError:
+                records = None  # the sink is older than the micro-batch's baseline
+            undone = (
+                records is None
+                or any(r.kind == "restore" and r.job_id != self.job_id for r in records)
+                or not any(r.job_id == self.job_id for r in records)
+            )
+            if undone:
+                raise CheckpointAfterRollback(
+                    f"streaming job {self.job_id!r}: sink {sink!r} no longer holds what micro-batch {last} wrote for "
+                    f"barrier {offset.barrier} (a rollback undid it), but the checkpoint {self.checkpoint} holds "
+                    "Spark's state and offsets after it. Start the query with a new checkpoint (a full refresh); "
+                    "nothing was started"
+                )
 
     # -- one micro-batch ---------------------------------------------------------------------------------------
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import httpx
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from spark_client import MetaServiceClient
-from spark_client.catalog import Catalog
+from spark_client import MetaServiceClient, apply_rollback
+from spark_client.catalog import Catalog, DeltaCatalog
 from spark_client.modes import Append, Merge, Overwrite
-from spark_client.streaming import StreamingJob, UnsupportedTrigger, check_trigger
+from spark_client.streaming import CheckpointAfterRollback, StreamingJob, UnsupportedTrigger, check_trigger
 from spark_client.streaming._offsets import journaled_offsets
+from spark_client.streaming.progress import figures_of
 
 RAW, OUT = "lake.raw.events", "lake.mart.events"
 SCHEMA = "id long, k long, v long"
@@ -103,3 +105,39 @@ def test_unsupported_triggers_and_modes_are_refused_naming_the_supported_ones(
     with pytest.raises(ValueError, match="Overwrite"):
         job.start(job.read(RAW), mode=Overwrite())
     assert not spark.streams.active
+
+
+def test_progress_figures_and_a_rollback_refuses_the_old_checkpoint(
+    spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog, api: httpx.Client, tmp_path: Path
+) -> None:
+    job = make_job(spark, client, lake, tmp_path)
+    barriers = []
+    for round_ in range(2):
+        lake.append(spark, batch(spark, 100 * round_, 3), RAW)
+        query = job.start(job.read(RAW), mode=Append(), trigger={"availableNow": True})
+        query.awaitTermination(120)
+        figures = figures_of(query.lastProgress)
+        assert figures is not None and figures.barrier == job.history[-1].barrier
+        assert figures.query == "stream" and figures.duration_seconds > 0 and figures.lag_seconds >= 0
+        barriers.append(figures.barrier)
+    # to the server it is a job like any other: its sink's delay names it
+    delays = api.get("/delays")
+    assert delays.status_code == 200 and "stream" in delays.text and OUT in delays.text
+
+    plan = client.plan_rollback(RAW, barriers[0])
+    assert OUT in plan.tables
+    apply_rollback(client, lake, plan)
+    with pytest.raises(CheckpointAfterRollback, match="new checkpoint"):
+        job.start(job.read(RAW), mode=Append(), trigger={"availableNow": True})
+    assert not spark.streams.active
+
+    fresh = StreamingJob(
+        spark, client, lake, job_id="stream", sources=[RAW], sinks=[OUT], checkpoint=tmp_path / "full-refresh"
+    )
+    lake.append(spark, batch(spark, 500, 2), RAW)
+    query = fresh.start(fresh.read(RAW), mode=Append(), trigger={"availableNow": True})
+    query.awaitTermination(120)
+    assert query.exception() is None and fresh.history
+    versions = client.versions([RAW, OUT], "strong")
+    assert versions.barrier == fresh.history[-1].barrier
+    assert rows(spark, lake, OUT, versions.versions[OUT]) == rows(spark, lake, RAW, versions.versions[RAW])
