@@ -32,6 +32,7 @@ test-fast: install
 # METASERVICE_CHECKER_SEED replays one.
 soak: install
 	METASERVICE_SOAK_STEPS=$${METASERVICE_SOAK_STEPS:-10000} $(BIN)/pytest -p no:cacheprovider -s -q tests/model/test_walk.py
+	METASERVICE_STREAM_MATRIX=full $(BIN)/pytest -p no:cacheprovider -q tests/streaming/test_crash_matrix.py
 	for run in 1 2 3 4 5 6; do \
 	  METASERVICE_CHECKER_SECONDS=$${METASERVICE_CHECKER_SECONDS:-300} \
 	    $(BIN)/pytest -p no:cacheprovider -s -q tests/checker || exit 1; \
