@@ -24,6 +24,7 @@ BENCHMARKS = {
     "allocation": "bench.allocation",
     "lineage": "bench.lineage",
     "spark_overhead": "bench.spark_overhead",  # with the table formats (bench/spark_formats.py)
+    "streaming": "bench.streaming",
 }
 
 
