@@ -29,7 +29,7 @@ from spark_client.streaming._offsets import BarrierOffset, journaled_offsets
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.streaming.query import StreamingQuery
 
 logger = logging.getLogger("spark_client.streaming")
 

@@ -87,7 +87,7 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.catalog_json = options["catalog"]
         self.roots: list[str] = json.loads(options.get("roots") or "[]")
         start = options.get("start") or "newest"
-        self.start: StartAt = check_start(int(start) if start.lstrip("-").isdigit() else start)  # type: ignore[arg-type]
+        self.start: StartAt = check_start(int(start) if start.lstrip("-").isdigit() else start)
         self.on_rewrite = options.get("on_rewrite") or "fail"
         if self.on_rewrite not in ON_REWRITE:
             raise ValueError(f"on_rewrite must be one of {list(ON_REWRITE)}, got {self.on_rewrite!r}")

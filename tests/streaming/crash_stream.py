@@ -21,7 +21,10 @@ from tests.spark.formats import make_catalog
 
 RAW, OUT = "lake.raw.events", "lake.mart.events"
 SCHEMA = "id long, k long, v long"
-TRIGGERS = {"availableNow": {"availableNow": True}, "processingTime": {"processingTime": "100 milliseconds"}}
+TRIGGERS: dict[str, dict[str, object]] = {
+    "availableNow": {"availableNow": True},
+    "processingTime": {"processingTime": "100 milliseconds"},
+}
 
 
 def batch(spark: SparkSession, first: int, count: int) -> DataFrame:

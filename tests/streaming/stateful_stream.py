@@ -12,7 +12,7 @@ import sys
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.streaming import StreamingQuery
+from pyspark.sql.streaming.query import StreamingQuery
 
 from spark_client import DeltaCatalog, MetaServiceClient
 from spark_client.modes import Merge
