@@ -12,7 +12,6 @@ Example:
 """
 
 from spark_client.streaming.job import (
-    SUPPORTED_TRIGGERS,
     BatchResult,
     CheckpointAfterRollback,
     StreamingJob,
@@ -21,11 +20,9 @@ from spark_client.streaming.job import (
     check_trigger,
 )
 from spark_client.streaming.progress import BarrierFigures, BarrierProgress
-from spark_client.streaming.source import NAME, MetaServiceDataSource, register
+from spark_client.streaming.source import MetaServiceDataSource, register_stream_source
 
 __all__ = [
-    "NAME",
-    "SUPPORTED_TRIGGERS",
     "BarrierFigures",
     "BarrierProgress",
     "BatchResult",
@@ -35,5 +32,5 @@ __all__ = [
     "UnexpectedMicroBatch",
     "UnsupportedTrigger",
     "check_trigger",
-    "register",
+    "register_stream_source",
 ]

@@ -177,7 +177,7 @@ class StreamingJob:
         """
         self._batch.register()
         self._roots = [t for t in self.sources if self.client.get_table(t).get("kind") == "root"]
-        _source.register(self.spark)
+        _source.register_stream_source(self.spark)
 
     def read(self, table: str, *, on_rewrite: Literal["fail", "full", "abort"] = "fail") -> DataFrame:
         """`table` as a stream: one micro-batch per barrier, holding the rows added since the previous barrier.

@@ -197,10 +197,10 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return snapshots
 
 
-def register(spark: SparkSession) -> None:
+def register_stream_source(spark: SparkSession) -> None:
     """Make `spark.readStream.format("metaservice")` available in `spark` (idempotent).
 
     Example:
-        register(spark)
+        register_stream_source(spark)
     """
     spark.dataSource.register(MetaServiceDataSource)
