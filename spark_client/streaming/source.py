@@ -16,8 +16,16 @@ import logging
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+try:
+    from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+    from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
+except ImportError as exc:  # pyspark < 4.2: no Python stream source with admission control
+    import pyspark
+
+    raise ImportError(
+        f"spark_client.streaming needs pyspark 4.2 or later (Python stream sources with admission control and "
+        f"availableNow); pyspark {pyspark.__version__} is installed"
+    ) from exc
 
 from spark_client._http import MetaServiceClient, StartAt, check_start
 from spark_client.catalog.base import NotAppendOnly
