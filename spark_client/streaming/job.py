@@ -92,6 +92,13 @@ def _last_committed_batch(checkpoint: str) -> int | None:
     return max(done) if done else None
 
 
+def _drain(df: DataFrame) -> None:
+    """Run the micro-batch's plan to the end without writing anything: a stateful query's state stores commit
+    only when every partition was processed (Spark refuses the batch otherwise), and a replayed micro-batch
+    whose commits are all in storage already writes nothing."""
+    df.write.format("noop").mode("overwrite").save()
+
+
 def check_trigger(trigger: Mapping[str, Any] | None) -> dict[str, Any]:
     """The keyword arguments for `DataStreamWriter.trigger`, if the trigger is supported.
 
@@ -356,6 +363,7 @@ class StreamingJob:
         offset = self._barrier_of(batch_id)
         barrier = offset.barrier
         if barrier == 0:
+            _drain(df)
             return
         if batch_id > 0:
             try:
@@ -369,6 +377,7 @@ class StreamingJob:
                         f"({barrier} was micro-batch {batch_id - 1}'s); set {NO_DATA_BATCHES}=false; nothing "
                         "was written"
                     )
+                _drain(df)
                 return
         frames = self._frames(df, split, barrier)
         written: dict[str, int] = {}
@@ -386,6 +395,8 @@ class StreamingJob:
                 written[sink] = self.catalog.write(
                     self.spark, frames[sink], sink, mode=modes[sink], app_id=self.job_id, barrier=barrier
                 )
+            if len(reused) == len(self.sinks):
+                _drain(df)  # a replay writes nothing, but Spark's state stores must still commit the batch
         finally:
             if cached:
                 df.unpersist()

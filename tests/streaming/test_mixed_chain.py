@@ -68,7 +68,7 @@ def test_batch_streaming_batch_chain_answers_only_read_sets_produced_together(
         stream.read(ENRICHED).where(F.col("y") >= 0), mode=Append(), trigger={"processingTime": "200 milliseconds"}
     )
 
-    done = threading.Event()
+    done, stop = threading.Event(), threading.Event()
     checked: list[tuple[str, int, dict[str, int]]] = []
     mixed: list[object] = []
     failures: list[BaseException] = []
@@ -78,7 +78,7 @@ def test_batch_streaming_batch_chain_answers_only_read_sets_produced_together(
         rng = random.Random(30)
         try:
             with MetaServiceClient(server.base_url) as reader:
-                while not done.is_set() or len(checked) < READS:
+                while not stop.is_set() and (not done.is_set() or len(checked) < READS):
                     tables = rng.sample(TABLES, rng.randint(2, len(TABLES)))
                     consistency = rng.choice(("weak", "strong"))
                     try:
@@ -101,6 +101,9 @@ def test_batch_streaming_batch_chain_answers_only_read_sets_produced_together(
                 enrich.run_pending(enriched, mode=Append())
             query.processAllAvailable()
             totals.run_pending(summed, mode=Overwrite())
+    except BaseException:
+        stop.set()  # the reads end now: the failure is what the test reports
+        raise
     finally:
         done.set()
         reader_thread.join(600)
