@@ -18,6 +18,7 @@ from spark_client.catalog import Catalog
 from spark_client.modes import Append
 from spark_client.streaming import StreamingJob
 from tests.spark.formats import make_catalog
+from tests.streaming.starting import started
 
 RAW, OUT = "lake.raw.events", "lake.mart.events"
 SCHEMA = "id long, k long, v long"
@@ -46,12 +47,10 @@ def make_job(spark: SparkSession, client: MetaServiceClient, catalog: Catalog, c
 
 def run(job: StreamingJob, trigger: str) -> None:
     """Process every barrier there is now, then stop."""
-    query = job.start(transform(job.read(RAW)), mode=Append(), trigger=TRIGGERS[trigger])
+    query = started(lambda: job.start(transform(job.read(RAW)), mode=Append(), trigger=TRIGGERS[trigger]))
     try:
         if trigger == "availableNow":
             query.awaitTermination()
-        else:
-            query.processAllAvailable()
     finally:
         query.stop()
     if query.exception() is not None:

@@ -17,6 +17,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from spark_client import DeltaCatalog, MetaServiceClient
 from spark_client.modes import Merge
 from spark_client.streaming import StreamingJob
+from tests.streaming.starting import started
 
 RAW, OUT = "lake.raw.clicks", "lake.mart.clicks_per_hour"
 SCHEMA = "id long, k long, v long, ts timestamp"
@@ -68,7 +69,8 @@ def main(base_url: str, lake_root: str, checkpoint: str) -> None:
         .getOrCreate()
     )
     with MetaServiceClient(base_url) as client:
-        query = start(make_job(spark, client, DeltaCatalog(lake_root), checkpoint))
+        job = make_job(spark, client, DeltaCatalog(lake_root), checkpoint)
+        query = started(lambda: start(job))
         try:
             query.processAllAvailable()
         finally:

@@ -17,6 +17,7 @@ from spark_client import DeltaCatalog, EtlJob, Inputs, MetaServiceClient, NoCons
 from spark_client.modes import Append, Overwrite
 from spark_client.streaming import StreamingJob
 from tests import support
+from tests.streaming.starting import started
 
 RAW, ENRICHED, STREAMED, TOTALS = "lake.raw.orders", "lake.mid.enriched", "lake.mid.streamed", "lake.mart.totals"
 TABLES = (RAW, ENRICHED, STREAMED, TOTALS)
@@ -64,8 +65,10 @@ def test_batch_streaming_batch_chain_answers_only_read_sets_produced_together(
         return {TOTALS: inputs[STREAMED].agg(F.count("*").alias("n"), F.sum("y").alias("y"))}
 
     assert enrich.run_once(enriched, mode=Append()).action == "process"  # the stream's input has a schema
-    query = stream.start(
-        stream.read(ENRICHED).where(F.col("y") >= 0), mode=Append(), trigger={"processingTime": "200 milliseconds"}
+    query = started(
+        lambda: stream.start(
+            stream.read(ENRICHED).where(F.col("y") >= 0), mode=Append(), trigger={"processingTime": "200 milliseconds"}
+        )
     )
 
     done, stop = threading.Event(), threading.Event()

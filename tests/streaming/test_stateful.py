@@ -16,6 +16,7 @@ from spark_client._failpoints import ENV
 from spark_client.streaming._offsets import journaled_offsets
 from tests import support
 from tests.streaming import stateful_stream as job_module
+from tests.streaming.starting import started
 from tests.streaming.stateful_stream import OUT, RAW
 
 ROUNDS, CRASH_AT = 22, 11
@@ -27,7 +28,7 @@ def test_a_windowed_aggregation_equals_its_batch_recomputation_at_every_barrier_
     checkpoint = str(tmp_path / "checkpoint")
     first = job_module.make_job(spark, client, lake, checkpoint)
     lake.append(spark, job_module.batch(spark, 0), RAW)
-    query = job_module.start(first)
+    query = started(lambda: job_module.start(first))
     try:
         for round_ in range(CRASH_AT):
             if round_:
@@ -51,7 +52,7 @@ def test_a_windowed_aggregation_equals_its_batch_recomputation_at_every_barrier_
     assert crashed.returncode == -9, crashed.stderr[-3000:]
 
     second = job_module.make_job(spark, client, lake, checkpoint)
-    query = job_module.start(second)
+    query = started(lambda: job_module.start(second))
     try:
         query.processAllAvailable()  # the killed micro-batch again, from the checkpoint's state
         for round_ in range(CRASH_AT + 1, ROUNDS):
