@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 
 from spark_client import DeltaCatalog, MetaServiceClient
@@ -20,6 +21,7 @@ from tests.streaming.starting import started
 from tests.streaming.stateful_stream import OUT, RAW
 
 ROUNDS, CRASH_AT = 22, 11
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # 22 micro-batches and a driver subprocess
 
 
 def test_a_windowed_aggregation_equals_its_batch_recomputation_at_every_barrier_across_a_crash(
