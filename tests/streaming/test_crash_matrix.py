@@ -27,7 +27,8 @@ from tests.spark.formats import COMMIT_FAILPOINT, FORMATS, make_catalog
 from tests.streaming import crash_stream
 from tests.streaming.crash_stream import OUT, RAW
 
-pytestmark = [pytest.mark.slow, pytest.mark.soak, pytest.mark.timeout(1200)]  # a driver subprocess and three queries per case
+# a driver subprocess and three queries per case
+pytestmark = [pytest.mark.slow, pytest.mark.soak, pytest.mark.timeout(1200)]
 POINTS = ("after_files_written", "after_table_commit", "after_metaservice_commit", "before_spark_commit_log")
 TRIGGERS = ("availableNow", "processingTime")
 FULL = [(f, p, t) for f in FORMATS for p in POINTS for t in TRIGGERS]
