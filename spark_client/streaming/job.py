@@ -160,10 +160,14 @@ class StreamingJob:
         sinks: Sequence[str],
         checkpoint: str | os.PathLike[str],
         start: StartAt = "newest",
+        future_roots: Sequence[str] = (),
     ) -> None:
         if not sources:
             raise ValueError(f"streaming job {job_id!r} needs at least one source to read as a stream")
-        self._batch = EtlJob(spark, client, catalog, job_id=job_id, sources=sources, sinks=sinks, start=start)
+        # future_roots: as for EtlJob, sources an outside writer will create (register refuses unknown names)
+        self._batch = EtlJob(
+            spark, client, catalog, job_id=job_id, sources=sources, sinks=sinks, start=start, future_roots=future_roots
+        )
         self.spark, self.client, self.catalog = spark, client, catalog
         self.job_id, self.sources, self.sinks = job_id, list(sources), list(sinks)
         self.checkpoint = os.path.abspath(os.fspath(checkpoint))

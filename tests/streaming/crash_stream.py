@@ -39,7 +39,15 @@ def transform(df: DataFrame) -> DataFrame:
 
 def make_job(spark: SparkSession, client: MetaServiceClient, catalog: Catalog, checkpoint: str) -> StreamingJob:
     job = StreamingJob(
-        spark, client, catalog, job_id="stream", sources=[RAW], sinks=[OUT], checkpoint=checkpoint, start="earliest"
+        spark,
+        client,
+        catalog,
+        job_id="stream",
+        sources=[RAW],
+        sinks=[OUT],
+        checkpoint=checkpoint,
+        start="earliest",
+        future_roots=[RAW],
     )
     job.register()
     return job

@@ -45,7 +45,15 @@ def aggregate(df: DataFrame) -> DataFrame:
 
 def make_job(spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog, checkpoint: str) -> StreamingJob:
     job = StreamingJob(
-        spark, client, lake, job_id="clicks", sources=[RAW], sinks=[OUT], checkpoint=checkpoint, start="earliest"
+        spark,
+        client,
+        lake,
+        job_id="clicks",
+        sources=[RAW],
+        sinks=[OUT],
+        checkpoint=checkpoint,
+        start="earliest",
+        future_roots=[RAW],
     )
     job.register()
     return job

@@ -42,7 +42,9 @@ def represented(lake: DeltaCatalog, table: str, snapshot: int, cache: dict[tuple
 def test_batch_streaming_batch_chain_answers_only_read_sets_produced_together(
     spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog, server: support.ServerProcess, tmp_path: Path
 ) -> None:
-    enrich = EtlJob(spark, client, lake, job_id="enrich", sources=[RAW], sinks=[ENRICHED], start="earliest")
+    enrich = EtlJob(
+        spark, client, lake, job_id="enrich", sources=[RAW], sinks=[ENRICHED], start="earliest", future_roots=[RAW]
+    )
     totals = EtlJob(spark, client, lake, job_id="totals", sources=[STREAMED], sinks=[TOTALS], start="earliest")
     stream = StreamingJob(
         spark,

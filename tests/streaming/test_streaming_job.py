@@ -38,6 +38,7 @@ def make_job(spark: SparkSession, client: MetaServiceClient, catalog: Catalog, t
         sinks=[OUT],
         checkpoint=tmp_path / "checkpoint",
         start="earliest",
+        future_roots=[RAW],
     )
     job.register()
     return job
