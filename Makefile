@@ -41,7 +41,7 @@ demo: install
 	$(BIN)/python -m demo --format $(FORMAT)
 
 test: install
-	$(BIN)/pytest -n 2 --dist loadgroup
+	$(BIN)/pytest -n 2 --dist loadgroup -m "not soak"
 
 # Everything but the slow tests and those under tests/spark, tests/browser, tests/crash and tests/faults (their
 # directories mark them): no JVM starts (tests/conftest.py fails a test that starts one), nothing is killed.
@@ -54,6 +54,7 @@ test-fast: install
 # METASERVICE_CHECKER_SEED replays one.
 soak: install
 	METASERVICE_SOAK_STEPS=$${METASERVICE_SOAK_STEPS:-10000} $(BIN)/pytest -p no:cacheprovider -s -q tests/model/test_walk.py
+	METASERVICE_STREAM_MATRIX=full $(BIN)/pytest -p no:cacheprovider -q -m soak tests/streaming
 	for run in 1 2 3 4 5 6; do \
 	  METASERVICE_CHECKER_SECONDS=$${METASERVICE_CHECKER_SECONDS:-300} \
 	    $(BIN)/pytest -p no:cacheprovider -s -q tests/checker || exit 1; \

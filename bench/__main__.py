@@ -25,6 +25,7 @@ BENCHMARKS = {
     "lineage": "bench.lineage",
     "orchestrators": "bench.orchestrators",  # the Airflow trigger, in the Airflow virtualenv (make venv-airflow)
     "spark_overhead": "bench.spark_overhead",  # with the table formats (bench/spark_formats.py)
+    "streaming": "bench.streaming",
 }
 
 

@@ -2,7 +2,9 @@
 
 Names in use: `after_files_written` (data files written, Delta log untouched), `after_delta_commit` (the
 tagged commit is in the log, MetaService not told), `after_table_commit` (the same for Iceberg and Paimon) and
-`before_metaservice_commit`.
+`before_metaservice_commit`; a streaming job's micro-batch also has `after_metaservice_commit` (MetaService holds
+the commit, Spark does not know) and `before_spark_commit_log` (the micro-batch's last step before Spark records
+it done).
 """
 
 from __future__ import annotations

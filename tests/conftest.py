@@ -1,9 +1,9 @@
 """Shared fixtures: a real PostgreSQL (embedded by default), one migrated database and one real server per
 xdist worker, and a plain HTTP client against it. Tables are truncated after each test.
 
-Markers follow the directory: every test under tests/spark is `spark`, under tests/browser `browser`, under
-tests/crash and tests/faults `crash` (a Spark test that kills a driver may be `crash` as well), and a test elsewhere
-carrying one of these markers is refused (move it).
+Markers follow the directory: every test under tests/spark and tests/streaming is `spark`, under tests/browser
+`browser`, under tests/crash and tests/faults `crash` (a Spark test that kills a driver may be `crash` as well),
+and a test elsewhere carrying one of these markers is refused (move it).
 `make test-fast` deselects them, and no test that is not `spark` may start a JVM: a test that does fails, unless a
 `spark` test of the same process started one before it.
 
@@ -32,6 +32,7 @@ _SPARK_RAN = pytest.StashKey[bool]()
 TESTS = Path(__file__).resolve().parent
 DIRECTORY_MARKERS = {
     "spark": "spark",
+    "streaming": "spark",
     "browser": "browser",
     "crash": "crash",
     "faults": "crash",

@@ -45,6 +45,7 @@ def test_make_test_fast_selects_no_test_of_the_marked_directories(admin_url: str
     ("path", "marker"),
     [
         ("tests/spark/test_job.py", "spark"),
+        ("tests/streaming/test_streaming_job.py", "spark"),
         ("tests/browser/test_ui.py", "browser"),
         ("tests/crash/test_server_crash.py", "crash"),
         ("tests/faults/test_history.py", "crash"),

@@ -53,7 +53,10 @@ def daily(inputs: Inputs) -> Mapping[str, DataFrame]:
 
 
 def make_jobs(spark: SparkSession, client: MetaServiceClient, catalog: Catalog) -> tuple[EtlJob, EtlJob]:
-    first = EtlJob(spark, client, catalog, job_id="clean_orders", sources=[ORDERS], sinks=[CLEAN])
+    # the orders feed creates ORDERS with its first batch: declare it, or register refuses an unknown source
+    first = EtlJob(
+        spark, client, catalog, job_id="clean_orders", sources=[ORDERS], sinks=[CLEAN], future_roots=[ORDERS]
+    )
     second = EtlJob(spark, client, catalog, job_id="daily_revenue", sources=[CLEAN], sinks=[DAILY])
     first.register()  # idempotent: call it on every start
     second.register()

@@ -44,7 +44,7 @@ def test_a_job_object_follows_its_sources_lineage_changes(
     written by a job again): the same downstream job object reports the table as a root exactly while it is one.
     It used to keep the first list of roots: new rows of the orphaned table were never sealed, and after the
     upstream came back every run failed with NotRoot until the process restarted."""
-    upstream = EtlJob(spark, client, lake, job_id="stage", sources=[RAW], sinks=[MID])
+    upstream = EtlJob(spark, client, lake, job_id="stage", sources=[RAW], sinks=[MID], future_roots=[RAW])
     downstream = EtlJob(spark, client, lake, job_id="publish", sources=[MID], sinks=[OUT])
     upstream.register()
     downstream.register()
@@ -74,7 +74,7 @@ def test_a_job_object_follows_its_sources_lineage_changes(
 def test_a_merge_of_duplicate_keys_is_a_permanent_failure_naming_job_table_and_keys(
     spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog
 ) -> None:
-    job = EtlJob(spark, client, lake, job_id="state", sources=[RAW], sinks=[STATE, LOG])
+    job = EtlJob(spark, client, lake, job_id="state", sources=[RAW], sinks=[STATE, LOG], future_roots=[RAW])
     job.register()
     lake.append(spark, rows(spark, 1, 2), RAW)
     modes: dict[str, WriteMode] = {STATE: Merge(keys=("id",)), LOG: Append()}
@@ -111,7 +111,7 @@ def test_a_merge_of_duplicate_keys_is_a_permanent_failure_naming_job_table_and_k
 def test_a_schema_mismatch_says_which_schema_policy_to_write_with(
     spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog
 ) -> None:
-    job = EtlJob(spark, client, lake, job_id="widen", sources=[RAW], sinks=[OUT])
+    job = EtlJob(spark, client, lake, job_id="widen", sources=[RAW], sinks=[OUT], future_roots=[RAW])
     job.register()
     lake.append(spark, rows(spark, 1), RAW)
     job.run_once(copy(RAW, OUT), mode="append")
@@ -152,7 +152,7 @@ def test_a_barrier_aborted_between_sinks_writes_no_further_sink(
     spark: SparkSession, client: MetaServiceClient, tmp_path: Path
 ) -> None:
     lake = AbortingLake(tmp_path / "lake", client)
-    job = EtlJob(spark, client, lake, job_id="fanout", sources=[RAW], sinks=[STATE, LOG])
+    job = EtlJob(spark, client, lake, job_id="fanout", sources=[RAW], sinks=[STATE, LOG], future_roots=[RAW])
     job.register()
     lake.append(spark, rows(spark, 1, 2), RAW)
     result = job.run_once(lambda i: {STATE: i.changes(RAW), LOG: i.changes(RAW)}, mode="append")
@@ -168,7 +168,7 @@ def test_a_barrier_aborted_between_sinks_writes_no_further_sink(
 def test_a_barrier_aborted_while_the_transform_ran_writes_nothing(
     spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog
 ) -> None:
-    job = EtlJob(spark, client, lake, job_id="slow", sources=[RAW], sinks=[OUT])
+    job = EtlJob(spark, client, lake, job_id="slow", sources=[RAW], sinks=[OUT], future_roots=[RAW])
     job.register()
     lake.append(spark, rows(spark, 1), RAW)
 

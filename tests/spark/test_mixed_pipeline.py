@@ -83,8 +83,16 @@ def test_a_mixed_format_pipeline_is_consistent_at_every_strong_read_in_spark_duc
         "iceberg",
     ]
     pipeline = {
-        "enrich": (EtlJob(spark, client, mixed, job_id="enrich", sources=[ORDERS], sinks=[ENRICHED]), enrich, "append"),
-        "dims": (EtlJob(spark, client, mixed, job_id="dims", sources=[CUSTOMERS], sinks=[DIM]), dims, "overwrite"),
+        "enrich": (
+            EtlJob(spark, client, mixed, job_id="enrich", sources=[ORDERS], sinks=[ENRICHED], future_roots=[ORDERS]),
+            enrich,
+            "append",
+        ),
+        "dims": (
+            EtlJob(spark, client, mixed, job_id="dims", sources=[CUSTOMERS], sinks=[DIM], future_roots=[CUSTOMERS]),
+            dims,
+            "overwrite",
+        ),
         "revenue": (
             EtlJob(spark, client, mixed, job_id="revenue", sources=[ENRICHED, DIM], sinks=[REVENUE]),
             revenue,
@@ -143,8 +151,8 @@ def test_a_mixed_format_pipeline_is_consistent_at_every_strong_read_in_spark_duc
 def test_each_format_reader_opens_the_snapshot_the_service_reports(
     spark: SparkSession, client: MetaServiceClient, mixed: RoutingCatalog
 ) -> None:
-    job = EtlJob(spark, client, mixed, job_id="enrich", sources=[ORDERS], sinks=[ENRICHED])
-    dims_job = EtlJob(spark, client, mixed, job_id="dims", sources=[CUSTOMERS], sinks=[DIM])
+    job = EtlJob(spark, client, mixed, job_id="enrich", sources=[ORDERS], sinks=[ENRICHED], future_roots=[ORDERS])
+    dims_job = EtlJob(spark, client, mixed, job_id="dims", sources=[CUSTOMERS], sinks=[DIM], future_roots=[CUSTOMERS])
     job.register()
     dims_job.register()
     dims_processed = []

@@ -1,0 +1,201 @@
+"""Streaming jobs: freshness of a three-job streaming chain, MetaService calls per micro-batch, and a streaming
+job's cost against the same query writing plain parquet through foreachBatch.
+
+Freshness: root → s1 → s2 → s3, three `StreamingJob` queries with processingTime 1 s in one `local[2]` Spark, on
+Delta. Each sample appends a small batch to the root and reports the root's snapshot (the clock starts there),
+then polls a strong read of the root and the leaf until the root's snapshot in it covers the report; p50 and
+p99 over the samples (goal: p50 ≤ 5 s, p99 ≤ 10 s).
+
+Calls: the server's own request counters (`/metrics`) for `next` and `commit` of one job, divided by the
+micro-batches that job ran (goal ≤ 2).
+
+Overhead: one barrier of N rows (1e6) through a streaming job (metaservice source → Append to Delta, tagged and
+committed), against Spark's own parquet stream source over the same root files → `df.write.parquet` in
+foreachBatch; both availableNow, a fresh sink and checkpoint per repetition, alternating; medians of the query's
+wall time, start to termination (goal: at most 1.15 times).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import sys
+import time
+from contextlib import ExitStack
+from typing import Any
+
+from bench.cluster import WORK_DIR
+from bench.context import Context
+from bench.report import Outcome
+from bench.server import served, serving
+from bench.spark_overhead import spark_session
+
+FRESH_P50, FRESH_P99, CALLS, OVERHEAD = 5.0, 10.0, 2.0, 1.15
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def run(ctx: Context) -> Outcome:
+    from pyspark.sql import functions as F
+
+    from spark_client import DeltaCatalog, MetaServiceClient, NoConsistentVersion
+    from spark_client.modes import Append
+    from spark_client.streaming import StreamingJob
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    samples = ctx.pick(30, 6)
+    rows = ctx.pick(1_000_000, 100_000)
+    repetitions = ctx.pick(3, 1)
+    outcome = Outcome(
+        "streaming",
+        "streaming jobs: freshness of a 3-job chain (processingTime 1 s), calls per micro-batch, overhead vs plain "
+        "parquet foreachBatch",
+        {"samples": samples, "rows": rows, "repetitions": repetitions, "master": "local[2]", "format": "delta"},
+    )
+    lake = WORK_DIR / "streaming-lake"
+    shutil.rmtree(lake, ignore_errors=True)
+    url = ctx.cluster.fresh_database("bench_streaming")
+    figures: dict[str, Any] = {}
+    with ExitStack() as stack:
+        server = stack.enter_context(serving(url))
+        spark = stack.enter_context(spark_session())
+        client = stack.enter_context(MetaServiceClient(server.base_url))
+        catalog = DeltaCatalog(lake)
+
+        # -- freshness and calls: a three-job chain ---------------------------------------------------------------
+        root, chain = "bench.raw.events", ["bench.s.one", "bench.s.two", "bench.s.three"]
+
+        def events(first: int, count: int = 50) -> Any:
+            return spark.range(first, first + count).selectExpr("id", "id % 7 AS k", "id * 1.5 AS v")
+
+        catalog.append(spark, events(0), root)
+        queries = []
+        jobs = []
+        source = root
+        for n, sink in enumerate(chain):
+            job = StreamingJob(
+                spark,
+                client,
+                catalog,
+                job_id=f"s{n + 1}",
+                sources=[source],
+                sinks=[sink],
+                checkpoint=lake / "checkpoints" / sink,
+                start="earliest",
+            )
+            job.register()
+            if catalog.latest_snapshot(sink) is None:  # the next job's stream needs its input's schema
+                query = job.start(job.read(source), mode=Append(), trigger={"availableNow": True})
+                query.awaitTermination()
+            jobs.append(job)
+            source = sink
+        for job, source in zip(jobs, [root, *chain[:-1]], strict=True):
+            frame = job.read(source).withColumn("v", F.col("v") + 1)
+            queries.append(job.start(frame, mode=Append(), trigger={"processingTime": "1 second"}))
+        try:
+            before = served(server.base_url)
+            batches_before = [len(job.history) for job in jobs]
+            lags: list[float] = []
+            for sample in range(samples):
+                snapshot = catalog.append(spark, events(1000 * (sample + 1)), root)
+                started = time.monotonic()
+                client.report_snapshot(root, snapshot)
+                while True:
+                    try:
+                        read = client.versions([root, chain[-1]], "strong")
+                        if read.versions[root] >= snapshot:
+                            break
+                    except NoConsistentVersion:
+                        pass  # the leaf has no barrier yet
+                    if time.monotonic() - started > 120:
+                        raise RuntimeError(f"the leaf did not cover root snapshot {snapshot} within 120 s")
+                    time.sleep(0.05)
+                lags.append(time.monotonic() - started)
+            after = served(server.base_url)
+            batches = sum(len(job.history) for job in jobs) - sum(batches_before)
+        finally:
+            for query in queries:
+                query.stop()
+        job_calls = sum(
+            count - before.get(key, 0)
+            for key, count in after.items()
+            if key[0] == "POST" and "/jobs/" in key[1] and key[1].endswith(("/next", "/commit"))
+        )
+        p50, p99 = statistics.median(lags), _percentile(lags, 0.99)
+        # next + commit of the three jobs over their micro-batches; a trigger that finds no new barrier asks
+        # `next` too (the source's latestOffset), so idle polls count against the micro-batches here
+        calls_per_batch = job_calls / max(1, batches)
+        figures["freshness_seconds"] = {"p50": p50, "p99": p99, "samples": [round(x, 3) for x in lags]}
+        figures["calls_per_micro_batch"] = calls_per_batch
+        figures["micro_batches"] = batches
+        figures["next_and_commit_calls"] = job_calls
+        outcome.row(
+            "freshness p50, 3-job chain, processingTime 1 s", f"{p50:.2f} s", goal="≤ 5 s", passed=p50 <= FRESH_P50
+        )
+        outcome.row(
+            "freshness p99, 3-job chain, processingTime 1 s", f"{p99:.2f} s", goal="≤ 10 s", passed=p99 <= FRESH_P99
+        )
+        outcome.row(
+            "MetaService calls per micro-batch (next + commit, idle polls included)",
+            f"{calls_per_batch:.2f}",
+            goal="≤ 2",
+            passed=calls_per_batch <= CALLS,
+        )
+
+        # -- overhead: one barrier of `rows` rows ------------------------------------------------------------------
+        big = "bench.raw.big"
+        catalog.append(spark, spark.range(rows).selectExpr("id", "id % 97 AS k", "id * 1.5 AS v"), big)
+        ours: list[float] = []
+        plain: list[float] = []
+        schema = catalog.read_at(spark, big, 0).schema
+        for r in range(repetitions + 1):  # the first of each is a warm-up
+            job = StreamingJob(
+                spark,
+                client,
+                catalog,
+                job_id=f"big{r}",
+                sources=[big],
+                sinks=[f"bench.mart.big{r}"],
+                checkpoint=lake / "checkpoints" / f"big{r}",
+                start="earliest",
+            )
+            job.register()
+            t0 = time.monotonic()
+            query = job.start(job.read(big), mode=Append(), trigger={"availableNow": True})
+            query.awaitTermination()
+            if r:
+                ours.append(time.monotonic() - t0)
+            out = str(lake / "plain" / str(r))
+
+            def write(df: Any, batch_id: int, out: str = out) -> None:
+                del batch_id
+                df.write.mode("append").parquet(out)
+
+            t0 = time.monotonic()
+            query = (
+                spark.readStream.schema(schema)
+                .parquet(catalog.location(big))
+                .writeStream.foreachBatch(write)
+                .option("checkpointLocation", str(lake / "checkpoints" / f"plain{r}"))
+                .trigger(availableNow=True)
+                .start()
+            )
+            query.awaitTermination()
+            if r:
+                plain.append(time.monotonic() - t0)
+        ratio = statistics.median(ours) / statistics.median(plain)
+        figures["overhead"] = {"streaming_job_seconds": ours, "plain_parquet_seconds": plain, "ratio": ratio}
+        outcome.row(
+            f"streaming job, 1 barrier of {rows:,} rows (availableNow)",
+            f"{statistics.median(ours):.2f} s",
+            baseline=f"{statistics.median(plain):.2f} s plain parquet foreachBatch",
+            ratio=ratio,
+            goal="≤ 1.15x",
+            passed=ratio <= OVERHEAD,
+        )
+    outcome.figures = figures
+    return outcome

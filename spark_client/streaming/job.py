@@ -1,0 +1,471 @@
+"""StreamingJob: a Structured Streaming query whose micro-batches are MetaService barriers.
+
+The query reads its inputs with the `metaservice` stream source (one barrier per micro-batch, see
+`spark_client.streaming.source`) and writes through `foreachBatch`: the micro-batch's barrier comes from the
+offset Spark journaled for it in the checkpoint, each sink is written through the same catalog calls as a batch
+job (tagged with the job and the barrier), and the barrier is committed to MetaService in the same
+micro-batch. A replayed micro-batch finds its tagged commits in the sinks and its commit on the server, so it
+writes nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from spark_client import _failpoints
+from spark_client._http import MetaServiceClient, StartAt, check_start
+from spark_client.catalog.base import Catalog
+from spark_client.errors import InvalidTransformResult, NotInFlight, UnsafeWriteMode
+from spark_client.job import UNDO_KEY, EtlJob, plan_sink
+from spark_client.modes import ModeSpec, Overwrite, WriteMode, resolve
+from spark_client.streaming import source as _source
+from spark_client.streaming._catalogs import catalog_spec
+from spark_client.streaming._offsets import BarrierOffset, journaled_offsets
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+logger = logging.getLogger("spark_client.streaming")
+
+OutputMode = Literal["append", "update", "complete"]
+Split = Callable[["DataFrame"], Mapping[str, "DataFrame"]]
+SUPPORTED_TRIGGERS = ("processingTime", "availableNow")
+NO_DATA_BATCHES = "spark.sql.streaming.noDataMicroBatches.enabled"
+
+
+class UnsupportedTrigger(ValueError):
+    """A trigger a streaming job cannot run with (only `processingTime` and `availableNow` are supported).
+
+    Example:
+        job.start(frame, trigger={"availableNow": True})
+    """
+
+
+class CheckpointAfterRollback(RuntimeError):
+    """The checkpoint holds state built from barriers a rollback undid in a sink; nothing was started.
+
+    Start the query with a new checkpoint (a full refresh: the job recomputes from its `start`), after emptying or
+    restoring its sinks as the rollback left them.
+    """
+
+
+class UnexpectedMicroBatch(RuntimeError):
+    """A micro-batch the job cannot map to exactly one barrier (sources at different barriers, a no-data batch
+    with rows, a checkpoint without the offsets of the `metaservice` source); nothing was written."""
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What one micro-batch did.
+
+    Attributes:
+        batch_id: Spark's micro-batch id.
+        barrier: the barrier it processed.
+        action: "process" (committed), "replayed" (a replay that found the barrier committed: nothing was
+            written) or "aborted" (the server gave the barrier up; what was written for it is undone).
+        snapshots: sink → the snapshot committed for the barrier.
+        reused: sinks whose tagged commit for the barrier was found in storage (a crash after the table commit).
+        seconds: how long the micro-batch's writes and commit took.
+    """
+
+    batch_id: int
+    barrier: int
+    action: Literal["process", "replayed", "aborted"]
+    snapshots: Mapping[str, int] = field(default_factory=dict)
+    reused: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+
+def _last_committed_batch(checkpoint: str) -> int | None:
+    """The newest micro-batch Spark recorded done in the checkpoint's commit log, or None."""
+    try:
+        names = os.listdir(os.path.join(checkpoint, "commits"))
+    except FileNotFoundError:
+        return None
+    done = [int(name) for name in names if name.isdigit()]
+    return max(done) if done else None
+
+
+def _drain(df: DataFrame) -> None:
+    """Run the micro-batch's plan to the end without writing anything: a stateful query's state stores commit
+    only when every partition was processed (Spark refuses the batch otherwise), and a replayed micro-batch
+    whose commits are all in storage already writes nothing."""
+    df.write.format("noop").mode("overwrite").save()
+
+
+def check_trigger(trigger: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The keyword arguments for `DataStreamWriter.trigger`, if the trigger is supported.
+
+    Args:
+        trigger: `{"processingTime": "1 second"}` (None: the same) or `{"availableNow": True}`.
+
+    Raises:
+        UnsupportedTrigger: any other trigger (once, continuous, several at once, a false availableNow).
+
+    Example:
+        assert check_trigger({"availableNow": True}) == {"availableNow": True}
+    """
+    if trigger is None:
+        return {"processingTime": "1 second"}
+    supported = "processingTime='<interval>' (e.g. '1 second') or availableNow=True"
+    if not isinstance(trigger, Mapping) or len(trigger) != 1:
+        raise UnsupportedTrigger(f"a streaming job runs with one trigger, {supported}; got {trigger!r}")
+    ((name, value),) = trigger.items()
+    if name == "processingTime" and isinstance(value, str) and value.strip():
+        return {"processingTime": value}
+    if name == "availableNow" and value is True:
+        return {"availableNow": True}
+    raise UnsupportedTrigger(
+        f"trigger {name}={value!r} is not supported by a streaming job: each micro-batch is one barrier, so the "
+        f"supported triggers are {supported}"
+    )
+
+
+class StreamingJob:
+    """A streaming ETL job: a Structured Streaming query that processes one barrier per micro-batch.
+
+    Args:
+        spark: the session that runs the query.
+        client: the MetaService client (its base URL is handed to the stream source; a token comes from
+            `METASERVICE_TOKEN`, which Spark's Python workers inherit).
+        catalog: where the tables live (Delta, Iceberg with `uri`, Paimon, or a `RoutingCatalog` of them).
+        job_id: the job, as for `EtlJob`.
+        sources: the tables it reads as streams; at least one.
+        sinks: the tables it writes.
+        checkpoint: the query's checkpoint directory (local); a restart continues from it.
+        start: where the first barrier is, as for `EtlJob` ("newest", "earliest" or a barrier).
+
+    Example:
+        job = StreamingJob(spark, client, catalog, job_id="silver", sources=["lake.raw.orders"],
+                           sinks=["lake.mart.orders"], checkpoint="/chk/silver", start="earliest")
+        job.register()
+        orders = job.read("lake.raw.orders")
+        query = job.start(orders.where("qty > 0"), mode=Append(), trigger={"processingTime": "1 second"})
+    """
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        client: MetaServiceClient,
+        catalog: Catalog,
+        *,
+        job_id: str,
+        sources: Sequence[str],
+        sinks: Sequence[str],
+        checkpoint: str | os.PathLike[str],
+        start: StartAt = "newest",
+        future_roots: Sequence[str] = (),
+    ) -> None:
+        if not sources:
+            raise ValueError(f"streaming job {job_id!r} needs at least one source to read as a stream")
+        # future_roots: as for EtlJob, sources an outside writer will create (register refuses unknown names)
+        self._batch = EtlJob(
+            spark, client, catalog, job_id=job_id, sources=sources, sinks=sinks, start=start, future_roots=future_roots
+        )
+        self.spark, self.client, self.catalog = spark, client, catalog
+        self.job_id, self.sources, self.sinks = job_id, list(sources), list(sinks)
+        self.checkpoint = os.path.abspath(os.fspath(checkpoint))
+        self.start_at: StartAt = check_start(start)
+        self._catalog_json = catalog_spec(catalog)  # TypeError now, not in a Python worker later
+        self._roots: list[str] | None = None
+        self.history: list[BatchResult] = []
+        """Every micro-batch this object wrote, oldest first."""
+
+    def __repr__(self) -> str:
+        return f"StreamingJob({self.job_id!r}, sources={self.sources}, sinks={self.sinks})"
+
+    def register(self) -> None:
+        """Register every source and sink (idempotent), and make the `metaservice` stream source available.
+
+        Example:
+            job.register()
+        """
+        self._batch.register()
+        self._roots = [t for t in self.sources if self.client.get_table(t).get("kind") == "root"]
+        _source.register_stream_source(self.spark)
+
+    def read(self, table: str, *, on_rewrite: Literal["fail", "full", "abort"] = "fail") -> DataFrame:
+        """`table` as a stream: one micro-batch per barrier, holding the rows added since the previous barrier.
+
+        Args:
+            table: a source of the job; it must hold a snapshot (its schema is the stream's).
+            on_rewrite: when the input was overwritten, merged or restored since the previous barrier: "fail"
+                (the query stops with `NotAppendOnly`; the barrier stays in flight), "full" (the micro-batch
+                reads it whole: write with Merge or OverwritePartitions), "abort" (the barrier is given up).
+
+        Raises:
+            KeyError: not a source of the job. ValueError: the table holds no snapshot yet.
+
+        Example:
+            orders = job.read("lake.raw.orders", on_rewrite="full")
+        """
+        if table not in self.sources:
+            raise KeyError(f"{table!r} is not a source of streaming job {self.job_id!r}; sources: {self.sources}")
+        if on_rewrite not in _source.ON_REWRITE:
+            raise ValueError(f"on_rewrite must be one of {list(_source.ON_REWRITE)}, got {on_rewrite!r}")
+        if self._roots is None:
+            self.register()
+        latest = self.catalog.latest_snapshot(table)
+        if latest is None:
+            raise ValueError(
+                f"streaming job {self.job_id!r}: {table!r} holds no snapshot yet, so its schema is unknown; "
+                "write it once (a root: append to it; a job's output: run that job) and start the query then"
+            )
+        schema = self.catalog.read_at(self.spark, table, latest).schema
+        import json
+
+        return (
+            self.spark.readStream.format(_source.NAME)
+            .schema(schema)
+            .option("job_id", self.job_id)
+            .option("table", table)
+            .option("url", self.client.base_url)
+            .option("catalog", self._catalog_json)
+            .option("roots", json.dumps(self._roots or []))
+            .option("start", str(self.start_at))
+            .option("on_rewrite", on_rewrite)
+            .load()
+        )
+
+    def start(
+        self,
+        frame: DataFrame,
+        *,
+        mode: ModeSpec = "append",
+        trigger: Mapping[str, Any] | None = None,
+        output_mode: OutputMode = "append",
+        split: Split | None = None,
+        query_name: str | None = None,
+    ) -> StreamingQuery:
+        """Start the query writing `frame` (built from `read` streams) to the sinks, one barrier per micro-batch.
+
+        Args:
+            frame: the streaming DataFrame to write.
+            mode: the write mode of every sink, or sink → mode (`Append`, `Merge`, `OverwritePartitions`,
+                `ReplaceWhere`; `Overwrite` only with `output_mode="complete"`).
+            trigger: `{"processingTime": "<interval>"}` (default 1 second) or `{"availableNow": True}` (process
+                every barrier sealing data present now, then stop).
+            output_mode: Spark's output mode: "append", "update" (write with Merge on the grouping keys) or
+                "complete" (write with Overwrite).
+            split: for several sinks: micro-batch DataFrame → {sink: DataFrame}. With one sink, not needed.
+            query_name: the query's name (default: the job id).
+
+        Raises:
+            UnsupportedTrigger: a trigger other than processingTime or availableNow.
+            UnsafeWriteMode: `Overwrite` with an output mode that delivers only part of the result.
+            ValueError: several sinks without `split`, a bad mode.
+
+        Example:
+            query = job.start(frame, mode=Merge(keys=("day",)), output_mode="update",
+                              trigger={"availableNow": True})
+            query.awaitTermination()
+        """
+        kwargs = check_trigger(trigger)
+        modes = resolve(mode, self.sinks, job_id=self.job_id)
+        for sink, sink_mode in modes.items():
+            if isinstance(sink_mode, Overwrite) and output_mode != "complete":
+                raise UnsafeWriteMode(
+                    f"streaming job {self.job_id!r}: sink {sink!r} is written with Overwrite, but output mode "
+                    f"{output_mode!r} delivers only each micro-batch's rows, so the table would hold only the last "
+                    "barrier's. Use Append, Merge or OverwritePartitions, or output_mode='complete'"
+                )
+        if len(self.sinks) > 1 and split is None:
+            raise ValueError(
+                f"streaming job {self.job_id!r} writes {self.sinks}: give split=lambda df: {{sink: df...}} to say "
+                "which rows go where"
+            )
+        if self._roots is None:
+            self.register()
+        self.check_checkpoint()
+        # A micro-batch without a new barrier would carry rows (watermark evictions) no barrier stands for:
+        # they come with the next barrier's micro-batch instead.
+        self.spark.conf.set(NO_DATA_BATCHES, "false")
+
+        def write_batch(df: DataFrame, batch_id: int) -> None:
+            self._write_batch(df, batch_id, modes, split)
+
+        writer = (
+            frame.writeStream.foreachBatch(write_batch)
+            .option("checkpointLocation", self.checkpoint)
+            .outputMode(output_mode)
+            .queryName(query_name or self.job_id)
+            .trigger(**kwargs)
+        )
+        return writer.start()
+
+    def check_checkpoint(self) -> None:
+        """Refuse a checkpoint whose last micro-batch wrote a commit a rollback has undone since.
+
+        Spark's state and offsets in the checkpoint include that micro-batch; continuing from them would keep
+        state built from undone data. A sink was rolled back when it holds a restore this job did not make after
+        the micro-batch's baseline, when it is older than that baseline, or when the micro-batch's tagged commit
+        is gone.
+
+        Raises:
+            CheckpointAfterRollback: what to do instead (a new checkpoint).
+
+        Example:
+            job.check_checkpoint()   # start() calls it
+        """
+        last = _last_committed_batch(self.checkpoint)
+        if last is None:
+            return
+        offsets = [o for o in journaled_offsets(self.checkpoint, last) if o.job_id == self.job_id]
+        if not offsets or offsets[0].barrier == 0:
+            return
+        offset = offsets[0]
+        for sink in self.sinks:
+            if sink not in offset.sinks:
+                continue
+            baseline = offset.sinks[sink]
+            try:
+                records = self.catalog.commits_after(sink, baseline)
+            except ValueError:
+                records = None  # the sink is older than the micro-batch's baseline
+            undone = (
+                records is None
+                or any(r.kind == "restore" and r.job_id != self.job_id for r in records)
+                or not any(r.job_id == self.job_id for r in records)
+            )
+            if undone:
+                raise CheckpointAfterRollback(
+                    f"streaming job {self.job_id!r}: sink {sink!r} no longer holds what micro-batch {last} wrote for "
+                    f"barrier {offset.barrier} (a rollback undid it), but the checkpoint {self.checkpoint} holds "
+                    "Spark's state and offsets after it. Start the query with a new checkpoint (a full refresh); "
+                    "nothing was started"
+                )
+
+    # -- one micro-batch ---------------------------------------------------------------------------------------
+
+    def _barrier_of(self, batch_id: int) -> BarrierOffset:
+        try:
+            offsets = [o for o in journaled_offsets(self.checkpoint, batch_id) if o.job_id == self.job_id]
+        except FileNotFoundError:
+            offsets = []
+        if not offsets:
+            raise UnexpectedMicroBatch(
+                f"streaming job {self.job_id!r}: micro-batch {batch_id} has no offset of the metaservice source of "
+                f"this job in {self.checkpoint}/offsets; read the inputs with StreamingJob.read and use this job's "
+                "checkpoint; nothing was written"
+            )
+        barriers = {o.barrier for o in offsets}
+        if len(barriers) != 1:
+            raise UnexpectedMicroBatch(
+                f"streaming job {self.job_id!r}: micro-batch {batch_id} has sources at different barriers "
+                f"{sorted(barriers)}; nothing was written (restart the query)"
+            )
+        return offsets[0]
+
+    def _write_batch(self, df: DataFrame, batch_id: int, modes: Mapping[str, WriteMode], split: Split | None) -> None:
+        started = time.monotonic()
+        offset = self._barrier_of(batch_id)
+        barrier = offset.barrier
+        if barrier == 0:
+            _drain(df)
+            return
+        if batch_id > 0:
+            try:
+                before = [o for o in journaled_offsets(self.checkpoint, batch_id - 1) if o.job_id == self.job_id]
+            except FileNotFoundError:
+                before = []
+            if before and before[0].barrier == barrier:  # a no-data micro-batch: nothing new to commit
+                if not df.isEmpty():
+                    raise UnexpectedMicroBatch(
+                        f"streaming job {self.job_id!r}: micro-batch {batch_id} brings rows but no new barrier "
+                        f"({barrier} was micro-batch {batch_id - 1}'s); set {NO_DATA_BATCHES}=false; nothing "
+                        "was written"
+                    )
+                _drain(df)
+                return
+        frames = self._frames(df, split, barrier)
+        written: dict[str, int] = {}
+        reused: list[str] = []
+        cached = len(self.sinks) > 1 or any(type(m).__name__ != "Append" for m in modes.values())
+        if cached:
+            df.persist()
+        try:
+            for sink in self.sinks:
+                existing = self._prepare_sink(offset, sink)
+                if existing is not None:
+                    written[sink] = existing
+                    reused.append(sink)
+                    continue
+                written[sink] = self.catalog.write(
+                    self.spark, frames[sink], sink, mode=modes[sink], app_id=self.job_id, barrier=barrier
+                )
+            if len(reused) == len(self.sinks):
+                _drain(df)  # a replay writes nothing, but Spark's state stores must still commit the batch
+        finally:
+            if cached:
+                df.unpersist()
+        _failpoints.hit("before_metaservice_commit")
+        try:
+            self.client.commit_barrier(self.job_id, barrier, written)
+        except NotInFlight as exc:
+            undone = self._undo(offset, written)
+            logger.warning(
+                "streaming job %s: barrier %d was aborted by the server (%s); restored %s",
+                self.job_id,
+                barrier,
+                exc.detail,
+                undone,
+            )
+            self.history.append(BatchResult(batch_id, barrier, "aborted", seconds=time.monotonic() - started))
+            return
+        _failpoints.hit("after_metaservice_commit")
+        action: Literal["process", "replayed"] = "replayed" if len(reused) == len(self.sinks) else "process"
+        elapsed = time.monotonic() - started
+        self.history.append(BatchResult(batch_id, barrier, action, dict(written), tuple(reused), elapsed))
+        logger.info(
+            "streaming job %s: micro-batch %d committed barrier %d → %s", self.job_id, batch_id, barrier, written
+        )
+        _failpoints.hit("before_spark_commit_log")
+
+    def _frames(self, df: DataFrame, split: Split | None, barrier: int) -> Mapping[str, DataFrame]:
+        if split is None:
+            return {self.sinks[0]: df}
+        from pyspark.sql import DataFrame as SparkFrame
+
+        result = split(df)
+        where = f"streaming job {self.job_id!r}, barrier {barrier}: split"
+        if not isinstance(result, Mapping) or set(result) != set(self.sinks):
+            got = sorted(result) if isinstance(result, Mapping) else type(result).__name__
+            raise InvalidTransformResult(f"{where} returned {got}; it must return one DataFrame per sink {self.sinks}")
+        for sink, frame in result.items():
+            if not isinstance(frame, SparkFrame):
+                raise InvalidTransformResult(f"{where} returned a {type(frame).__name__} for {sink!r}, not a DataFrame")
+        return result
+
+    def _prepare_sink(self, offset: BarrierOffset, sink: str) -> int | None:
+        """Make `sink` agree with its baseline (design rule 11); the snapshot to reuse, or None to write."""
+        if sink not in offset.sinks:
+            return self.catalog.committed_snapshot(sink, app_id=self.job_id, barrier=offset.barrier)
+        baseline = offset.sinks[sink]
+        plan = plan_sink(
+            self.catalog.commits_after(sink, baseline),
+            table=sink,
+            baseline=baseline,
+            job_id=self.job_id,
+            barrier=offset.barrier,
+        )
+        if plan.undo:
+            self.catalog.restore(sink, baseline, metadata=self._undo_tags(offset.barrier))
+            logger.warning("streaming job %s: undid %s of aborted attempts in %s", self.job_id, plan.undo, sink)
+        return plan.reuse
+
+    def _undo(self, offset: BarrierOffset, written: Mapping[str, int]) -> list[str]:
+        restored = []
+        for sink in written:
+            if sink in offset.sinks:
+                self.catalog.restore(sink, offset.sinks[sink], metadata=self._undo_tags(offset.barrier))
+                restored.append(sink)
+        return restored
+
+    def _undo_tags(self, barrier: int) -> dict[str, str]:
+        return {"metaservice.job_id": self.job_id, UNDO_KEY: str(barrier)}
