@@ -381,6 +381,12 @@ class VersionWaiters(Collector):
             "Change notifications the listening connection received (this server process).",
             value=0 if listener is None else listener.notifications,
         )
+        yield CounterMetricFamily(
+            "metaservice_version_outage_rechecks",
+            "Checks of waiting freshness-bounded reads that met a database outage (503) and went on waiting "
+            "(this server process).",
+            value=0 if listener is None else listener.outage_rechecks,
+        )
 
 
 def install(app: FastAPI) -> HttpMetrics:

@@ -125,6 +125,7 @@ class ChangeListener:
         self.closed = False
         self.waiting = 0  # requests blocked until the next change (the gauge metaservice_version_waiters)
         self.notifications = 0  # received since start (tests, debugging)
+        self.outage_rechecks = 0  # checks of waiting reads that met an outage and waited on (a metric)
         self._max_rechecks = max(1, max_rechecks)
         self._rechecks: asyncio.Semaphore | None = None
         self._changed: asyncio.Event | None = None

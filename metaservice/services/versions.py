@@ -38,6 +38,8 @@ MAX_IDLE_WRITERS = 64
 # Idle writers are settled concurrently; one settled after its downstream writer tried lets that one settle in the
 # next round. A round that settles nobody ends the loop, so this only bounds a long chain.
 SETTLE_ROUNDS = 4
+# A freshness waiter whose check met an outage (503) looks again this often while its wait lasts.
+UNAVAILABLE_RECHECK_SECONDS = 1.0
 
 
 async def consistent_versions(
@@ -204,7 +206,18 @@ async def _fresh_versions(
         return await standing(rt, names=names, consistency=consistency)
 
     while True:
-        now = await listener.shared(key, generation, check) if wait > 0 else await check()
+        try:
+            now = await listener.shared(key, generation, check) if wait > 0 else await check()
+        except Unavailable:
+            # Nothing happened, and the wait is not over: a failover or a dead pooled connection must not cut a
+            # waiter short. Look again when the listener reconnects (it bumps the generation) or a moment later;
+            # at the deadline the outage is the answer.
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0 or listener.closed:
+                raise
+            listener.outage_rechecks += 1
+            generation = await listener.wait(generation, timeout=min(remaining, UNAVAILABLE_RECHECK_SECONDS))
+            continue
         if now.meets(bound):
             assert now.versions is not None
             return now.versions

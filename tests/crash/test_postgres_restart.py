@@ -211,3 +211,63 @@ def test_server_answers_503_while_postgres_is_down_and_recovers_without_restart(
         if background.is_alive():
             background.join(timeout=TIMEOUT)
         server.stop()
+
+
+def test_a_freshness_waiter_rides_out_a_postgres_restart(postgres: PostgresCluster, tmp_path: Path) -> None:
+    """A read waiting for a barrier keeps waiting through an outage and answers 200 once the barrier completes.
+
+    Pooled connections are never pinged here (a long idle check), so the first check after PostgreSQL returns
+    surely meets a connection the restart killed: that check fails, and the wait must go on, not answer 503.
+    """
+    env = {"METASERVICE_IDLE_CHECK_SECONDS": "600", "METASERVICE_POOL_MIN_SIZE": "4"}
+    server = support.ServerProcess(postgres.url, log_path=tmp_path / "server.log", env=env).start()
+    answer: list[httpx.Response] = []
+    try:
+        with httpx.Client(base_url=server.base_url, timeout=TIMEOUT) as api:
+            ok(api.post(f"/register/source/{JOB}/{ROOT.replace('.', '/')}"), 201)
+            ok(api.post(f"/register/sink/{JOB}/{SINK.replace('.', '/')}"), 201)
+            first = ok(api.post(f"/jobs/{JOB}/barriers/next", json={"root_snapshots": {ROOT: 1}}))["barrier"]
+            ok(api.post(f"/jobs/{JOB}/barriers/{first}/commit", json={"snapshots": {SINK: 1}}))
+            wanted = {"tables": [SINK], "consistency": "weak", "min_barrier": first + 1, "wait_seconds": 30}
+
+            def wait() -> None:
+                with httpx.Client(base_url=server.base_url, timeout=90) as waiter:
+                    answer.append(waiter.post("/versions", json=wanted))
+
+            waiter = threading.Thread(target=wait, name="waiter")
+            waiter.start()
+            support.wait_until(
+                lambda: bool(answer) or support.metric(server.base_url, "metaservice_version_waiters") >= 1,
+                timeout=30,
+                what="the read to wait",
+            )
+            assert not answer, f"the read did not wait: {answer[0].status_code} {answer[0].text}"
+            postgres.stop("fast")
+            postgres.start()
+            # The listener reconnects and wakes the waiter; its check meets a dead pooled connection.
+            support.wait_until(
+                lambda: bool(answer)
+                or support.metric(server.base_url, "metaservice_version_outage_rechecks_total") >= 1,
+                timeout=60,
+                what="the waiting read to look again after the restart",
+            )
+            assert not answer, f"the outage cut the wait short: {answer[0].status_code} {answer[0].text}"
+
+            def step(method: str, route: str, body: object) -> Any:
+                answers: list[httpx.Response] = []
+
+                def answered() -> bool:  # dead connections answer 503 (or 504: both calls are idempotent)
+                    answers.append(api.request(method, route, json=body))
+                    return answers[-1].status_code not in (503, 504)
+
+                support.wait_until(answered, timeout=30, what=f"{method} {route} to be answered")
+                return ok(answers[-1])
+
+            second = step("POST", f"/jobs/{JOB}/barriers/next", {"root_snapshots": {ROOT: 2}})["barrier"]
+            step("POST", f"/jobs/{JOB}/barriers/{second}/commit", {"snapshots": {SINK: 2}})
+            waiter.join(timeout=90)
+            assert not waiter.is_alive()
+            body = ok(answer[0])
+            assert (body["barrier"], body["versions"]) == (second, {SINK: 2})
+    finally:
+        server.stop()
