@@ -83,8 +83,8 @@ class PaimonCatalog(SparkWrittenCatalog["FileStoreTable", _File, "list[CommitMes
         root: a local directory (created on the first write) or an object-store URI: `s3://bucket/lake` (Spark
             writes it as `s3a://`) or `gs://…` (pypaimon has no Azure file system).
         storage_options: pypaimon catalog options for an object store (`s3.endpoint`, `s3.access-key`,
-            `s3.secret-key`, `s3.region`, `s3.path-style-access`, `fs.gs.*`, …); used by every driver-side commit,
-            listing, vacuum and non-Spark read, and by Spark tasks that write through pypaimon.
+            `s3.secret-key`, `s3.region`, `s3.path-style-access`, `gcs.project-id`, …); used by every driver-side
+            commit, listing, vacuum and non-Spark read, and by Spark tasks that write through pypaimon.
 
     Example:
         catalog = PaimonCatalog("/data/lake")
