@@ -5,15 +5,16 @@ version, the newest); the format may protect older ones of its own (Paimon consu
 floor may be expired (never the newest). A file that a remaining snapshot references stays; a file only
 expired snapshots referenced goes; a file no snapshot ever referenced (a write that died before its commit, or
 is still writing) goes only once it is older than `min_orphan_age_seconds`, so a write in progress is never
-touched. Each format only reports what its snapshots reference and what lies in storage (`Storage`), and
-expires its snapshots its own way.
+touched. Each format only reports what its snapshots reference and what lies in storage (`Storage`, listed with
+modification times through the format's file system: local, or an object store), and expires its snapshots its
+own way.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -27,21 +28,24 @@ class Storage:
 
     Attributes:
         files: the files snapshots reference or could have referenced (data files, manifests), as found in
-            storage.
+            storage, with their modification times (seconds since the epoch).
         live: the files the snapshots that stay reference (the floor's and newer, tagged ones, ...).
         ever: the files any snapshot the table still lists references, expired ones included.
-        abandoned: files no commit can reference any more (a dead write's staging directory): by age alone.
+        abandoned: files no commit can reference any more (a dead write's staging directory), with their
+            modification times: by age alone.
         expired: the metadata files of the snapshots expired (deleted first, so that no reader finds an
             expired snapshot whose files are gone).
         expire: the format's own expiry of the snapshots below the floor (a commit, a pointer moved).
+        delete: deletes one file (through the format's file system).
     """
 
-    files: Sequence[str]
+    files: Mapping[str, float]
     live: Collection[str]
     ever: Collection[str]
-    abandoned: Sequence[str] = ()
+    abandoned: Mapping[str, float] = field(default_factory=dict)
     expired: Sequence[str] = ()
     expire: Callable[[], None] = field(default=lambda: None)
+    delete: Callable[[str], None] = os.remove
 
 
 def floor(client: MetaServiceClient, table: str, newest: int, *own: int | None) -> int:
@@ -56,11 +60,11 @@ def doomed(storage: Storage, *, min_orphan_age_seconds: float, now: float | None
     """The paths the policy deletes from `storage`, in deletion order (expired snapshots' metadata first)."""
     cutoff = (time.time() if now is None else now) - min_orphan_age_seconds
     out = list(storage.expired)
-    out += [path for path in storage.abandoned if os.stat(path).st_mtime < cutoff]
+    out += [path for path, mtime in storage.abandoned.items() if mtime < cutoff]
     out += [
         path
-        for path in storage.files
-        if path not in storage.live and (path in storage.ever or os.stat(path).st_mtime < cutoff)
+        for path, mtime in storage.files.items()
+        if path not in storage.live and (path in storage.ever or mtime < cutoff)
     ]
     return out
 
@@ -69,4 +73,4 @@ def apply(storage: Storage, paths: Sequence[str]) -> None:
     """Expire the snapshots below the floor, then delete `paths` in order."""
     storage.expire()
     for path in paths:
-        os.remove(path)
+        storage.delete(path)

@@ -24,10 +24,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Generic, TypeVar
-from urllib.parse import unquote, urlparse
 
 from spark_client import _failpoints
 from spark_client.catalog import _retention
+from spark_client.catalog._lake import LOCAL, Files, LakeRoot
 from spark_client.catalog.base import CommitRecord, SchemaMismatch
 from spark_client.modes import Append, Merge, ModeName, Overwrite, OverwritePartitions, ReplaceWhere, WriteMode, as_mode
 
@@ -53,32 +53,10 @@ UNSTORABLE = frozenset(
 )
 _PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,127}")
 _FILE = "_metaservice_file"
-_GLOB = re.compile(r"[*?\[\]{}\\]")
 
 H = TypeVar("H")  # a format's handle of an open table (DeltaTable, pyiceberg Table, Paimon FileStoreTable)
 F = TypeVar("F")  # a format's description of one data file (what its commit needs to remove it)
 S = TypeVar("S")  # what a format's file writing hands to its commit (add actions, paths, commit messages)
-
-
-def local_root(root: str | os.PathLike[str], *, what: str) -> str:
-    """The absolute path of a lake root on the local file system, refusing what Spark could not read back.
-
-    Spark expands `* ? [ ] { } \\` in the file names it is given as patterns, so a table under a directory named,
-    say, `lake[prod]` would write fine and then read as "path does not exist" (or, with globbing switched off,
-    some files twice). Refused up front, before anything is written.
-
-    Raises:
-        ValueError: a URI (`s3://…`) or a path with one of those characters.
-    """
-    path = os.fspath(root)
-    if "://" in path:
-        raise ValueError(f"only local directories are supported as {what} so far, got {path!r}")
-    if found := sorted(set(_GLOB.findall(path))):
-        raise ValueError(
-            f"{what} {path!r} contains {' '.join(found)}: Spark reads table files by name and expands these as "
-            "patterns, so the tables could not be read back; choose a directory without them"
-        )
-    return os.path.abspath(path)
 
 
 def split_name(table: str) -> tuple[str, str, str]:
@@ -211,9 +189,17 @@ class Rewrite:
 
 
 def plan_rewrite(
-    spark: SparkSession, df: DataFrame, mode: WriteMode, *, table: str, files: Sequence[str], schema: StructType
+    spark: SparkSession,
+    df: DataFrame,
+    mode: WriteMode,
+    *,
+    table: str,
+    files: Sequence[str],
+    schema: StructType,
+    root: LakeRoot = LOCAL,
 ) -> Rewrite:
-    """Plan `mode` against the current `files` of `table`, whose schema (after the write) is `schema`.
+    """Plan `mode` against the current `files` of `table` (paths in the driver's form under `root`, the local
+    file system by default), whose schema (after the write) is `schema`.
 
     The data checks run here, before anything is written: rows outside a `ReplaceWhere` predicate and duplicate
     `Merge` keys are refused (ValueError naming the table). Each check is one small Spark job (`limit`).
@@ -232,15 +218,17 @@ def plan_rewrite(
                 f"ReplaceWhere on {table!r}: the data holds rows for which {mode.predicate!r} is not true; every "
                 "row written must match the predicate (nothing was written)"
             )
-        affected = _files_where(spark, files, schema, lambda current: current.filter(F.expr(mode.predicate)))
-        kept = _read(spark, affected, schema).filter(outside)
+        affected = _files_where(spark, root, files, schema, lambda current: current.filter(F.expr(mode.predicate)))
+        kept = _read(spark, root, affected, schema).filter(outside)
         return Rewrite(tuple(affected.values()), kept.unionByName(rows))
     if isinstance(mode, OverwritePartitions):
         columns = list(mode.columns)
         keys = df.select(*[F.col(f"`{c}`") for c in columns]).distinct()
         on = _null_safe(columns, keys)
-        affected = _files_where(spark, files, schema, lambda current: current.join(keys, on(current), "left_semi"))
-        older = _read(spark, affected, schema)
+        affected = _files_where(
+            spark, root, files, schema, lambda current: current.join(keys, on(current), "left_semi")
+        )
+        older = _read(spark, root, affected, schema)
         kept = older.join(keys, on(older), "left_anti")
         return Rewrite(tuple(affected.values()), kept.unionByName(rows))
     assert isinstance(mode, Merge)
@@ -254,8 +242,8 @@ def plan_rewrite(
         )
     keys = df.select(*[F.col(f"`{k}`") for k in columns]).distinct()
     # SQL equality on the keys, as Delta MERGE: a NULL key never matches
-    affected = _files_where(spark, files, schema, lambda current: current.join(keys, columns, "left_semi"))
-    kept = _read(spark, affected, schema).join(keys, columns, "left_anti")
+    affected = _files_where(spark, root, files, schema, lambda current: current.join(keys, columns, "left_semi"))
+    kept = _read(spark, root, affected, schema).join(keys, columns, "left_anti")
     upserts = df if mode.delete_column is None else df.filter(~F.coalesce(F.col(mode.delete_column), F.lit(False)))
     return Rewrite(tuple(affected.values()), kept.unionByName(aligned(upserts, schema, mode)))
 
@@ -277,10 +265,13 @@ def aligned(df: DataFrame, schema: StructType, mode: WriteMode | None = None) ->
     )
 
 
-def frame(spark: SparkSession, schema: StructType, files: Sequence[str]) -> DataFrame:
-    """Spark's parquet reader over exactly `files`, columns by name (an empty frame for no files)."""
+def frame(spark: SparkSession, schema: StructType, files: Sequence[str], root: LakeRoot | None = None) -> DataFrame:
+    """Spark's parquet reader over exactly `files` (paths in the driver's form under `root`, given to Spark as
+    `root.spark_path` names them), columns by name (an empty frame for no files)."""
     if not files:
         return spark.createDataFrame([], schema)
+    if root is not None and not root.is_local:
+        files = [root.spark_path(f) for f in files]
     return spark.read.schema(schema).parquet(*files)
 
 
@@ -296,6 +287,8 @@ class SparkWrittenCatalog(ABC, Generic[H, F, S]):
 
     format: ClassVar[str]
     _format_name: ClassVar[str]  # for errors: "a Delta", "an Iceberg", ...
+    _lake: LakeRoot  # where the tables live, set by the format's constructor
+    storage_options: dict[str, str]  # credentials, endpoint, region: in the format library's own keys
     _unstorable: ClassVar[frozenset[str]] = UNSTORABLE
     _commit_failpoint: ClassVar[str] = "after_table_commit"
 
@@ -380,7 +373,7 @@ class SparkWrittenCatalog(ABC, Generic[H, F, S]):
             schema, added = resolve_schema(table, self._table_schema(handle), stored, write_mode)
             if isinstance(write_mode, ReplaceWhere | OverwritePartitions | Merge):
                 files = self._live_files(table, handle)
-        plan = plan_rewrite(spark, df, write_mode, table=table, files=sorted(files), schema=schema)
+        plan = plan_rewrite(spark, df, write_mode, table=table, files=sorted(files), schema=schema, root=self._lake)
         write = PendingWrite(
             spark, table, write_mode, schema, tuple(added), uuid.uuid4().hex, app_id, barrier, dict(metadata or {})
         )
@@ -473,7 +466,17 @@ class SparkWrittenCatalog(ABC, Generic[H, F, S]):
 
     @abstractmethod
     def _write_files(self, write: PendingWrite, handle: H | None, data: DataFrame) -> S:
-        """Let Spark write `data` as new data files of the table (into a fresh directory); describe them."""
+        """Let Spark write `data` as new data files of the table into `_staging` (given to Spark as
+        `self._lake.spark_path` names it); `_staged` describes them."""
+
+    @abstractmethod
+    def _staging(self, write: PendingWrite, handle: H | None) -> str:
+        """The fresh directory (the driver's form) the data files of `write` are written into."""
+
+    @abstractmethod
+    def _staged(self, write: PendingWrite, handle: H | None, staging: str) -> S:
+        """Describe the parquet files written into `staging` for the commit (driver side, through the format's
+        file system: sizes, row counts and statistics from the footers); checksums and empty files are removed."""
 
     @abstractmethod
     def _commit(self, write: PendingWrite, handle: H | None, staged: S, removed: list[F]) -> int:
@@ -543,36 +546,19 @@ def microsecond_timestamps(spark: SparkSession) -> Iterator[None]:
             spark.conf.set(key, before)
 
 
-def written_files(staging: str) -> list[str]:
-    """The non-empty parquet files Spark wrote into `staging`; checksums and empty files are removed."""
-    return list(written_row_counts(staging))
-
-
-def written_row_counts(staging: str) -> dict[str, int]:
+def written_row_counts(files: Files, staging: str) -> dict[str, int]:
     """The non-empty parquet files Spark wrote into `staging` with their row counts (from the footers), in name
     order; checksums, `_SUCCESS` and empty files are removed, and so is `staging` when nothing is left."""
-    import pyarrow.parquet as pq
-
-    if not os.path.isdir(staging):
-        return {}
     kept = {}
-    for entry in sorted(os.scandir(staging), key=lambda e: e.name):
-        rows = pq.read_metadata(entry.path).num_rows if entry.name.endswith(".parquet") else 0
+    for path in files.list_files(staging, recursive=False):
+        rows = files.footer(path).num_rows if path.endswith(".parquet") else 0
         if rows == 0:
-            os.remove(entry.path)  # .crc checksums, _SUCCESS, the one empty file Spark writes for no rows
+            files.delete(path)  # .crc checksums, _SUCCESS, the one empty file Spark writes for no rows
         else:
-            kept[entry.path] = rows
-    if not kept:
-        os.rmdir(staging)
+            kept[path] = rows
+    if not kept and files.local and os.path.isdir(staging):
+        files.remove_empty_directory(staging)
     return kept
-
-
-def local_path(uri: str) -> str:
-    """A local file's path from a path or `file:` URI (as Spark's `_metadata.file_path` reports it)."""
-    parsed = urlparse(uri)
-    if parsed.scheme in ("", "file"):
-        return os.path.normpath(unquote(parsed.path))
-    return uri
 
 
 def _null_safe(columns: Sequence[str], keys: DataFrame) -> Callable[[DataFrame], Column]:
@@ -584,22 +570,27 @@ def _null_safe(columns: Sequence[str], keys: DataFrame) -> Callable[[DataFrame],
     return on
 
 
-def _read(spark: SparkSession, files: Mapping[str, str], schema: StructType) -> DataFrame:
-    return frame(spark, schema, sorted(files.values()))
+def _read(spark: SparkSession, root: LakeRoot, files: Mapping[str, str], schema: StructType) -> DataFrame:
+    return frame(spark, schema, sorted(files.values()), root)
 
 
 def _files_where(
-    spark: SparkSession, files: Sequence[str], schema: StructType, select: Callable[[DataFrame], DataFrame]
+    spark: SparkSession,
+    root: LakeRoot,
+    files: Sequence[str],
+    schema: StructType,
+    select: Callable[[DataFrame], DataFrame],
 ) -> dict[str, str]:
-    """The files (local path → path as listed) holding a row that `select` keeps: only file names come back."""
+    """The files (driver path → path as listed) holding a row that `select` keeps: only file names come back.
+    Spark reports each file as a URI in its own scheme (`_metadata.file_path`); `root.driver_path` maps it back."""
     if not files:
         return {}
     from pyspark.sql import functions as F
 
-    listed = {local_path(f): f for f in files}
-    current = spark.read.schema(schema).parquet(*files).withColumn(_FILE, F.col("_metadata.file_path"))
+    listed = {root.driver_path(f): f for f in files}
+    current = frame(spark, schema, files, root).withColumn(_FILE, F.col("_metadata.file_path"))
     hits = select(current).select(_FILE).distinct().collect()
-    return {local_path(r[0]): listed[local_path(r[0])] for r in hits}
+    return {root.driver_path(r[0]): listed[root.driver_path(r[0])] for r in hits}
 
 
 def commit_record(snapshot_id: int, properties: Mapping[str, str] | None, *, row_neutral: bool) -> CommitRecord:

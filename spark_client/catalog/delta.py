@@ -28,6 +28,7 @@ from urllib.parse import unquote
 from deltalake import DeltaTable  # the `delta` extra: importing DeltaCatalog without it names the extra
 
 from spark_client.catalog import _retention, _writes
+from spark_client.catalog._lake import Files, LakeRoot
 from spark_client.catalog._writes import (
     BARRIER_KEY,
     JOB_KEY,
@@ -40,8 +41,6 @@ from spark_client.catalog._writes import (
     SparkWrittenCatalog,
     _int_or_none,
     frame,
-    local_path,
-    local_root,
 )
 from spark_client.catalog.base import CommitKind, CommitRecord, NotAppendOnly, UnsupportedTable
 from spark_client.modes import Append
@@ -127,10 +126,15 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
     schema, every column nullable as in Delta Spark; later writes must match it.
 
     Args:
-        root: a local directory; created on the first write.
+        root: a local directory (created on the first write) or an object-store URI: `s3://bucket/lake`
+            (Spark writes it as `s3a://`), `gs://…`, `abfss://container@account.dfs.core.windows.net/…`.
+        storage_options: deltalake's storage options for an object store (credentials, endpoint, region:
+            `AWS_ACCESS_KEY_ID`, `AWS_ENDPOINT_URL`, `AWS_REGION`, `AZURE_STORAGE_ACCOUNT_NAME`, …), used by every
+            driver-side commit, listing, vacuum and non-Spark read. Spark's own connector is configured in Spark.
 
     Example:
         catalog = DeltaCatalog("/data/lake")
+        catalog = DeltaCatalog("s3://warehouse/lake", storage_options={"AWS_REGION": "eu-west-1"})
         version = catalog.append(spark, df, "lake.raw.orders")
         catalog.read_at(spark, "lake.raw.orders", version).count()
     """
@@ -139,11 +143,33 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
     _format_name = "a Delta"
     _commit_failpoint = "after_delta_commit"
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = local_root(root, what="a Delta lake root")
+    def __init__(self, root: str | os.PathLike[str], *, storage_options: Mapping[str, str] | None = None) -> None:
+        self._lake = LakeRoot.parse(root, what="a Delta lake root")
+        self.root = self._lake.uri
+        self.storage_options = dict(storage_options or {})
+        self._file_system: Files | None = None
 
     def __repr__(self) -> str:
         return f"DeltaCatalog({self.root!r})"
+
+    @property
+    def files(self) -> Files:
+        """The lake's files as the driver reaches them: the local file system, or deltalake's own object-store
+        client (`DeltaStorageHandler`, with `storage_options`)."""
+        if self._file_system is None:
+            if self._lake.is_local:
+                self._file_system = Files()
+            else:
+                import pyarrow.fs as pafs
+                from deltalake.fs import DeltaStorageHandler
+
+                prefix = self.root + "/"
+                handler = DeltaStorageHandler(self.root, self.storage_options or None)
+                self._file_system = Files(pafs.PyFileSystem(handler), lambda path: path.removeprefix(prefix))
+        return self._file_system
+
+    def _table(self, location: str, version: int | None = None) -> DeltaTable:
+        return DeltaTable(location, version=version, storage_options=self.storage_options or None)
 
     def location(self, table: str) -> str:
         """The directory of `table`.
@@ -160,7 +186,7 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
         Example:
             DeltaCatalog("/data/lake").location("lake.sales.orders")   # "/data/lake/lake/sales/orders"
         """
-        return os.path.join(self.root, *_writes.split_name(table))
+        return self._lake.join(*_writes.split_name(table))
 
     def latest_snapshot(self, table: str) -> int | None:
         """The newest Delta version of `table`.
@@ -199,7 +225,7 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
             return []
         records = []
         for version in range(newest, -1 if snapshot_id is None else snapshot_id, -1):
-            info = _commit_info(self.location(table), version)
+            info = _commit_info(self.files, self.location(table), version)
             if info is None:
                 break  # older commits were cleaned from the log
             records.append(_record(info))
@@ -223,7 +249,7 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
         delta = self._open(table)
         if delta is None:
             return None
-        return _tagged_version(self.location(table), delta, app_id=app_id, barrier=barrier)
+        return _tagged_version(self.files, self.location(table), delta, app_id=app_id, barrier=barrier)
 
     def read_at(self, spark: SparkSession, table: str, snapshot_id: int) -> DataFrame:
         """`table` exactly as of Delta version `snapshot_id`: Spark reads that version's file list.
@@ -235,7 +261,7 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
             orders = catalog.read_at(spark, "lake.raw.orders", 12)
         """
         delta = self._open_readable(table, snapshot_id)
-        return frame(spark, _spark_schema(delta), delta.file_uris())
+        return frame(spark, _spark_schema(delta), delta.file_uris(), self._lake)
 
     def read_changes(
         self, spark: SparkSession, table: str, *, after_snapshot_id: int | None, snapshot_id: int
@@ -258,7 +284,7 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
             raise ValueError(f"after_snapshot_id {after_snapshot_id} is newer than snapshot_id {snapshot_id}")
         now = self._open_readable(table, snapshot_id)
         files = now.file_uris()
-        before = set(DeltaTable(self.location(table), version=after_snapshot_id).file_uris())
+        before = set(self._table(self.location(table), after_snapshot_id).file_uris())
         if gone := len(before.difference(files)):
             raise NotAppendOnly(
                 f"{table!r} is not append-only between versions {after_snapshot_id} and {snapshot_id}: "
@@ -267,7 +293,7 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
                 after_snapshot_id=after_snapshot_id,
                 snapshot_id=snapshot_id,
             )
-        return frame(spark, _spark_schema(now), [f for f in files if f not in before])
+        return frame(spark, _spark_schema(now), [f for f in files if f not in before], self._lake)
 
     def history(self, table: str, *, limit: int | None = None) -> list[DeltaCommit]:
         """Commits of `table`, newest first, with their barrier and job tags when a job wrote them.
@@ -282,7 +308,7 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
         delta = self._open(table)
         if delta is None:
             return []
-        infos = _newest_first(self.location(table), delta.version())
+        infos = _newest_first(self.files, self.location(table), delta.version())
         return [DeltaCommit.from_info(i) for i in itertools.islice(infos, limit)]
 
     def restore(self, table: str, snapshot_id: int | None, *, metadata: Mapping[str, str] | None = None) -> int:
@@ -297,7 +323,7 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
         from deltalake import CommitProperties
 
         location, write_id = self.location(table), uuid.uuid4().hex
-        delta = DeltaTable(location)
+        delta = self._table(location)
         read_version = delta.version()
         custom = {**(metadata or {}), WRITE_KEY: write_id}
         if snapshot_id is None:
@@ -307,24 +333,23 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
             )
         else:
             delta.restore(snapshot_id, commit_properties=CommitProperties(custom_metadata=custom))
-        return _own_version(location, read_version=read_version, write_id=write_id)
+        return _own_version(self.files, location, read_version=read_version, write_id=write_id)
 
     def _storage(self, table: str, floor: int) -> _retention.Storage:
         """Every file of every version from `floor` to the newest stays; the log itself is never touched."""
-        location = self.location(table)
-        newest = DeltaTable(location).version()
+        location, lake = self.location(table), self._lake
+        newest = self._table(location).version()
         keep: set[str] = set()
         for version in range(floor, newest + 1):
-            keep.update(os.path.normpath(p) for p in DeltaTable(location, version=version).file_uris())
-        ever = {os.path.normpath(os.path.join(location, a["path"])) for a in _all_add_paths(location)}
-        files = [
-            os.path.normpath(os.path.join(root, name))
-            for root, _dirs, names in os.walk(location)
-            if "_delta_log" not in root.split(os.sep)
-            for name in names
-            if name.endswith(".parquet")
-        ]
-        return _retention.Storage(files=files, live=keep, ever=ever)
+            keep.update(lake.normalize(p) for p in self._table(location, version).file_uris())
+        ever = {lake.normalize(f"{location}/{unquote(a['path'])}") for a in _all_add_paths(self.files, location)}
+        log = f"{location}/_delta_log/"
+        files = {
+            path: stat.mtime
+            for path, stat in self.files.list_files(location).items()
+            if not path.startswith(log) and path.endswith(".parquet")
+        }
+        return _retention.Storage(files=files, live=keep, ever=ever, delete=self.files.delete)
 
     def arrow_dataset(self, table: str, snapshot_id: int) -> pads.Dataset:
         """The table at version `snapshot_id` as a pyarrow Dataset, opened by deltalake (no Spark).
@@ -332,19 +357,19 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
         Example:
             ds = catalog.arrow_dataset("lake.raw.orders", 12)
         """
-        dataset: pads.Dataset = DeltaTable(self.location(table), version=snapshot_id).to_pyarrow_dataset()
+        dataset: pads.Dataset = self._table(self.location(table), snapshot_id).to_pyarrow_dataset()
         return dataset
 
     def _open(self, table: str) -> DeltaTable | None:
         from deltalake.exceptions import TableNotFoundError
 
         try:
-            return DeltaTable(self.location(table))
+            return self._table(self.location(table))
         except TableNotFoundError:
             return None
 
     def _open_readable(self, table: str, version: int) -> DeltaTable:
-        delta = DeltaTable(self.location(table), version=version)
+        delta = self._table(self.location(table), version)
         features = set(delta.protocol().reader_features or ()) & _UNREADABLE_FEATURES
         if features or delta.metadata().partition_columns:
             what = sorted(features) or ["partition columns"]
@@ -356,14 +381,14 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
     # replaces as remove actions) and an app transaction (txnAppId = job id, txnVersion = barrier).
 
     def _tagged_snapshot(self, handle: DeltaTable, *, app_id: str, barrier: int) -> int | None:
-        return _tagged_version(local_path(handle.table_uri), handle, app_id=app_id, barrier=barrier)
+        location = self._lake.driver_path(handle.table_uri)
+        return _tagged_version(self.files, location, handle, app_id=app_id, barrier=barrier)
 
     def _table_schema(self, handle: DeltaTable) -> StructType:
         return _spark_schema(handle)
 
     def _live_files(self, table: str, handle: DeltaTable) -> dict[str, _LiveFile]:
-        del table
-        return _live_files(handle)
+        return _live_files(self._lake, self.location(table), handle)
 
     def _prepare(self, write: PendingWrite, handle: DeltaTable | None) -> DeltaTable | None:
         """New columns of a `schema="merge"` write are their own version (tagged `metaservice.schema_for_barrier`)
@@ -379,14 +404,20 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
             commit_properties=CommitProperties(custom_metadata=write.schema_properties),
         )
         logger.info("%s: added columns %s", write.table, [f.name for f in write.added])
-        return DeltaTable(self.location(write.table))
+        return self._table(self.location(write.table))
 
     def _write_files(self, write: PendingWrite, handle: DeltaTable | None, data: DataFrame) -> list[AddAction]:
+        staging = self._staging(write, handle)
+        data.write.mode(NEW_DIRECTORY).option(NO_SUCCESS_MARKER, "false").parquet(self._lake.spark_path(staging))
+        return self._staged(write, handle, staging)
+
+    def _staging(self, write: PendingWrite, handle: DeltaTable | None) -> str:
         del handle
-        relative = f"{_DATA_DIR}/{write.write_id}"
-        staging = os.path.join(self.location(write.table), relative)
-        data.write.mode(NEW_DIRECTORY).option(NO_SUCCESS_MARKER, "false").parquet(staging)
-        return _add_actions(staging, relative, write.schema)
+        return f"{self.location(write.table)}/{_DATA_DIR}/{write.write_id}"
+
+    def _staged(self, write: PendingWrite, handle: DeltaTable | None, staging: str) -> list[AddAction]:
+        del handle
+        return _add_actions(self.files, staging, f"{_DATA_DIR}/{write.write_id}", write.schema)
 
     def _commit(
         self, write: PendingWrite, handle: DeltaTable | None, staged: list[AddAction], removed: list[_LiveFile]
@@ -403,7 +434,7 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
         location = self.location(write.table)
         delta = handle
         if delta is None:
-            with _creation_lock(location):
+            with _creation_lock(location, local=self._lake.is_local):
                 delta = self._open(write.table)
                 if delta is None:
                     create_table_with_add_actions(
@@ -411,9 +442,10 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
                         DeltaSchema.from_json(write.schema.json()),
                         staged,
                         mode="error",
+                        storage_options=self.storage_options or None,
                         commit_properties=properties,
                     )
-                    return _own_version(location, read_version=-1, write_id=write.write_id)
+                    return _own_version(self.files, location, read_version=-1, write_id=write.write_id)
             # another writer created it meanwhile: commit on top when the schemas are the same
             _writes.resolve_schema(write.table, _spark_schema(delta), write.schema, Append())
         read_version = delta.version()
@@ -426,16 +458,21 @@ class DeltaCatalog(SparkWrittenCatalog["DeltaTable", _LiveFile, "list[AddAction]
             schema,
             commit_properties=properties,
         )
-        return _own_version(location, read_version=read_version, write_id=write.write_id)
+        return _own_version(self.files, location, read_version=read_version, write_id=write.write_id)
 
 
 @contextmanager
-def _creation_lock(location: str) -> Iterator[None]:
+def _creation_lock(location: str, *, local: bool) -> Iterator[None]:
     """Serialize creating a table between writers on this machine (threads and processes alike).
 
     delta-rs checks "table exists" before committing version 0 and retries a lost race as version 1, so two
-    racing creates both succeed and the second replaces the table's metadata under concurrent appends.
+    racing creates both succeed and the second replaces the table's metadata under concurrent appends. An
+    object store has no lock to take: there, creating a table is not serialized (a table has one writing job;
+    two processes creating the same new root table at once is the case left open).
     """
+    if not local:
+        yield
+        return
     fd = os.open(location, os.O_RDONLY)  # the table directory: Spark created it for the staging files
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
@@ -444,21 +481,21 @@ def _creation_lock(location: str) -> Iterator[None]:
         os.close(fd)  # releases the lock
 
 
-def _own_version(location: str, *, read_version: int, write_id: str) -> int:
+def _own_version(files: Files, location: str, *, read_version: int, write_id: str) -> int:
     """The version our commit got: the next one, unless concurrent writers committed in between."""
     version = read_version + 1
-    while (info := _commit_info(location, version)) is not None:
+    while (info := _commit_info(files, location, version)) is not None:
         if info.get(WRITE_KEY) == write_id:
             return version
         version += 1
     raise RuntimeError(f"the commit of write {write_id} is not in the log after version {read_version}")
 
 
-def _tagged_version(location: str, delta: DeltaTable, *, app_id: str, barrier: int) -> int | None:
+def _tagged_version(files: Files, location: str, delta: DeltaTable, *, app_id: str, barrier: int) -> int | None:
     done = delta.transaction_version(app_id)
     if done is None or done < barrier:
         return None
-    for info in _newest_first(location, delta.version()):
+    for info in _newest_first(files, location, delta.version()):
         if info.get("operation") == "RESTORE":
             return None  # commits before a rollback's restore were undone: recompute
         if info.get(BARRIER_KEY) == str(barrier) and info.get(JOB_KEY) == app_id:
@@ -483,39 +520,35 @@ def _record(info: Mapping[str, Any]) -> CommitRecord:
     return CommitRecord(version, kind, job_id=job, barrier=_int_or_none(info.get(BARRIER_KEY)))
 
 
-def _live_files(delta: DeltaTable) -> dict[str, tuple[str, int | None]]:
-    """Absolute local path → (path as the log holds it, size) for each file of the loaded version."""
+def _live_files(lake: LakeRoot, location: str, delta: DeltaTable) -> dict[str, tuple[str, int | None]]:
+    """Path (the driver's form) → (path as the log holds it, size) for each file of the loaded version."""
     import pyarrow as pa
 
-    location = local_path(delta.table_uri)
     actions = pa.table(delta.get_add_actions(flatten=True)).select(["path", "size_bytes"]).to_pylist()
-    return {
-        os.path.normpath(os.path.join(location, unquote(a["path"]))): (str(a["path"]), a["size_bytes"]) for a in actions
-    }
+    return {lake.normalize(f"{location}/{unquote(a['path'])}"): (str(a["path"]), a["size_bytes"]) for a in actions}
 
 
-def _newest_first(location: str, newest: int) -> Iterator[dict[str, Any]]:
+def _newest_first(files: Files, location: str, newest: int) -> Iterator[dict[str, Any]]:
     """Commit infos from version `newest` down to the oldest commit the log still holds."""
     for version in range(newest, -1, -1):
-        info = _commit_info(location, version)
+        info = _commit_info(files, location, version)
         if info is None:
             return
         yield info
 
 
-def _commit_info(location: str, version: int) -> dict[str, Any] | None:
+def _commit_info(files: Files, location: str, version: int) -> dict[str, Any] | None:
     """The commitInfo of `version` (with its `version`), or None when the log holds no such commit (any more).
 
     Read from the commit file itself: `DeltaTable.history()` numbers the commits it lists counting down from
     the version it loaded, so it mislabels them while other writers commit.
     """
-    try:
-        with open(os.path.join(location, "_delta_log", f"{version:020d}.json"), encoding="utf-8") as commit:
-            for line in commit:
-                if '"commitInfo"' in line and "commitInfo" in (action := json.loads(line)):
-                    return {**action["commitInfo"], "version": version}
-    except FileNotFoundError:
+    commit = files.read_bytes(f"{location}/_delta_log/{version:020d}.json")
+    if commit is None:
         return None
+    for line in commit.decode("utf-8").splitlines():
+        if '"commitInfo"' in line and "commitInfo" in (action := json.loads(line)):
+            return {**action["commitInfo"], "version": version}
     return {"version": version}  # commitInfo is optional in the protocol
 
 
@@ -526,7 +559,7 @@ def _spark_schema(delta: DeltaTable) -> StructType:
     return StructType.fromJson(json.loads(delta.schema().to_json()))
 
 
-def _add_actions(staging: str, relative: str, schema: StructType) -> list[AddAction]:
+def _add_actions(files: Files, staging: str, relative: str, schema: StructType) -> list[AddAction]:
     """One AddAction per non-empty parquet file Spark wrote; everything else in the directory is removed.
 
     Sizes come from the directory listing and row counts and statistics from the parquet footers, so the
@@ -534,41 +567,40 @@ def _add_actions(staging: str, relative: str, schema: StructType) -> list[AddAct
     """
     from deltalake.transaction import AddAction
 
-    entries = sorted(os.scandir(staging), key=lambda e: e.name)
-    for entry in entries:
-        if entry.name.endswith(".crc") or entry.name == "_SUCCESS":
-            os.remove(entry.path)  # Hadoop checksums: no Delta reader uses them
-    files = [e for e in entries if e.name.endswith(".parquet") and e.is_file()]
-    footers = _footers([e.path for e in files])
+    entries = files.list_files(staging, recursive=False)
+    for path in entries:
+        name = path.rsplit("/", 1)[-1]
+        if name.endswith(".crc") or name == "_SUCCESS":
+            files.delete(path)  # Hadoop checksums: no Delta reader uses them
+    written = [path for path in entries if path.endswith(".parquet")]
+    footers = _footers(files, written)
     kinds = _stats_kinds(schema)
     actions = []
-    for entry, footer in zip(files, footers, strict=True):
+    for path, footer in zip(written, footers, strict=True):
         if footer.num_rows == 0:
-            os.remove(entry.path)  # Spark writes one empty file for an empty DataFrame; Delta needs none
+            files.delete(path)  # Spark writes one empty file for an empty DataFrame; Delta needs none
             continue
-        stat = entry.stat()
+        stat = entries[path]
         actions.append(
             AddAction(
-                path=f"{relative}/{entry.name}",
-                size=stat.st_size,
+                path=f"{relative}/{path.rsplit('/', 1)[-1]}",
+                size=stat.size,
                 partition_values={},
-                modification_time=int(stat.st_mtime * 1000),
+                modification_time=int(stat.mtime * 1000),
                 data_change=True,
                 stats=_stats(footer, kinds),
             )
         )
-    if not actions:
-        os.rmdir(staging)
+    if not actions and files.local and os.path.isdir(staging):
+        files.remove_empty_directory(staging)
     return actions
 
 
-def _footers(paths: Sequence[str]) -> list[pq.FileMetaData]:
-    import pyarrow.parquet as pq
-
+def _footers(files: Files, paths: Sequence[str]) -> list[pq.FileMetaData]:
     if len(paths) <= 4:
-        return [pq.read_metadata(p) for p in paths]
+        return [files.footer(p) for p in paths]
     with ThreadPoolExecutor(max_workers=min(16, len(paths))) as pool:
-        return list(pool.map(pq.read_metadata, paths))
+        return list(pool.map(files.footer, paths))
 
 
 def _stats_kinds(schema: StructType) -> dict[str, str]:
@@ -628,16 +660,15 @@ def _stats(footer: pq.FileMetaData, kinds: Mapping[str, str]) -> str:
     return json.dumps(stats, separators=(",", ":"))
 
 
-def _all_add_paths(location: str) -> list[dict[str, Any]]:
+def _all_add_paths(files: Files, location: str) -> list[dict[str, Any]]:
     """Every file ever added to the table, read from the JSON commits of its log."""
-    log = os.path.join(location, "_delta_log")
     adds: list[dict[str, Any]] = []
-    for name in sorted(os.listdir(log)):
-        if not name.endswith(".json"):
+    for path in files.list_files(f"{location}/_delta_log", recursive=False):
+        if not path.endswith(".json"):
             continue
-        with open(os.path.join(log, name)) as commit:
-            for line in commit:
-                action = json.loads(line)
-                if "add" in action:
-                    adds.append(action["add"])
+        commit = files.read_bytes(path)
+        for line in (commit or b"").decode("utf-8").splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                adds.append(action["add"])
     return adds

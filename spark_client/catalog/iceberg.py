@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Self
 
 from spark_client.catalog import _retention, _writes
+from spark_client.catalog._lake import Files, LakeRoot
 from spark_client.catalog._writes import (
     BARRIER_KEY,
     JOB_KEY,
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     import pyarrow.dataset as pads
     from pyiceberg.catalog import Catalog as PyIcebergCatalog
+    from pyiceberg.io import FileIO
     from pyiceberg.manifest import DataFile
     from pyiceberg.table import Table
     from pyiceberg.table.snapshots import Snapshot
@@ -75,16 +77,24 @@ class IcebergCatalog(SparkWrittenCatalog["Table", "DataFile", "list[str]"]):
     Iceberg's random snapshot ids; `iceberg_snapshot_id` maps one to the other for Iceberg's own readers.
 
     Args:
-        root: a local directory holding the tables' data and metadata (created on demand).
-        uri: SQLAlchemy URL of pyiceberg's SQL catalog; default a SQLite file `<root>/iceberg_catalog.db`.
+        root: a local directory holding the tables' data and metadata (created on demand), or an object-store
+            URI: `s3://bucket/lake` (Spark writes it as `s3a://`), `gs://…`, `abfss://…` (pyiceberg reads Azure
+            with pyarrow >= 20).
+        uri: SQLAlchemy URL of pyiceberg's SQL catalog; default a SQLite file `<root>/iceberg_catalog.db` for a
+            local root (an object-store root needs `uri` or `catalog`: a catalog every job reaches).
             `postgresql://…` URLs use psycopg 3 (e.g. a database of MetaService's own PostgreSQL server).
         catalog: any pyiceberg catalog instead (REST, Glue, Hive, …: `pyiceberg.catalog.load_catalog(...)`);
-            mutually exclusive with `uri`.
+            mutually exclusive with `uri`. Its own properties configure its FileIO.
         name: the name of the SQL catalog (rows of one database may serve several catalogs).
+        storage_options: pyiceberg FileIO properties of the SQL catalog for an object store (`s3.endpoint`,
+            `s3.access-key-id`, `s3.secret-access-key`, `s3.region`, `gcs.*`, `adls.*`, …); used by every
+            driver-side commit, listing, vacuum and non-Spark read. Not with `catalog` (configure that one).
 
     Example:
         catalog = IcebergCatalog("/data/lake")                     # SQLite catalog beside the data
         catalog = IcebergCatalog("/data/lake", uri="postgresql://meta@db:5432/iceberg")
+        catalog = IcebergCatalog("s3://warehouse/lake", uri="postgresql://meta@db:5432/iceberg",
+                                 storage_options={"s3.region": "eu-west-1"})
         seq = catalog.append(spark, df, "lake.raw.orders")
         catalog.pyiceberg_table("lake.raw.orders").scan(
             snapshot_id=catalog.iceberg_snapshot_id("lake.raw.orders", seq)).to_arrow()
@@ -101,15 +111,26 @@ class IcebergCatalog(SparkWrittenCatalog["Table", "DataFile", "list[str]"]):
         uri: str | None = None,
         catalog: PyIcebergCatalog | None = None,
         name: str = "metaservice",
+        storage_options: Mapping[str, str] | None = None,
     ) -> None:
         if uri is not None and catalog is not None:
             raise ValueError("give either uri (a SQL catalog) or catalog (any pyiceberg catalog), not both")
-        self.root = _writes.local_root(root, what="an Iceberg warehouse root")
+        if catalog is not None and storage_options:
+            raise ValueError("storage_options configure the SQL catalog's FileIO; configure the catalog given instead")
+        self._lake = LakeRoot.parse(root, what="an Iceberg warehouse root")
+        if not self._lake.is_local and uri is None and catalog is None:
+            raise ValueError(
+                f"an Iceberg warehouse on an object store ({self._lake.uri!r}) needs a catalog every job reaches: "
+                "uri='postgresql://…' (pyiceberg's SQL catalog) or catalog=load_catalog(…) (REST, Glue, Hive)"
+            )
+        self.root = self._lake.uri
+        self.storage_options = dict(storage_options or {})
         self._uri = uri
         self._name = name
         self._catalog = catalog
         self._owns_catalog = catalog is None
         self._namespaces: set[tuple[str, str]] = set()
+        self._files: Files | None = None
 
     def __repr__(self) -> str:
         return f"IcebergCatalog({self.root!r})"
@@ -137,12 +158,31 @@ class IcebergCatalog(SparkWrittenCatalog["Table", "DataFile", "list[str]"]):
         if self._catalog is None:
             from pyiceberg.catalog.sql import SqlCatalog
 
-            os.makedirs(self.root, exist_ok=True)
+            if self._lake.is_local:
+                os.makedirs(self.root, exist_ok=True)
             uri = self._uri or f"sqlite:///{os.path.join(self.root, _CATALOG_FILE)}"
             if uri.startswith(("postgresql://", "postgres://")):
                 uri = "postgresql+psycopg://" + uri.split("://", 1)[1]  # psycopg 3, as the service uses
-            self._catalog = SqlCatalog(self._name, uri=uri, warehouse=f"file://{self.root}")
+            warehouse = f"file://{self.root}" if self._lake.is_local else self.root
+            self._catalog = SqlCatalog(self._name, uri=uri, warehouse=warehouse, **self.storage_options)
         return self._catalog
+
+    @property
+    def files(self) -> Files:
+        """The warehouse's files as the driver reaches them: the local file system, or pyiceberg's own FileIO
+        (`PyArrowFileIO`, configured by the catalog's properties) for an object store."""
+        if self._files is None:
+            if self._lake.is_local:
+                self._files = Files()
+            else:
+                from pyiceberg.io import load_file_io
+
+                self._files = _pyarrow_files(load_file_io(dict(self.catalog.properties), self.root), self.root)
+        return self._files
+
+    def _table_files(self, ice: Table) -> Files:
+        """The table's files through the table's own FileIO (a REST catalog may vend it credentials)."""
+        return self.files if self._lake.is_local else _pyarrow_files(ice.io, self.root)
 
     def location(self, table: str) -> str:
         """The directory of `table`: `<root>/<catalog>/<database>/<table>`.
@@ -153,7 +193,7 @@ class IcebergCatalog(SparkWrittenCatalog["Table", "DataFile", "list[str]"]):
         Example:
             IcebergCatalog("/data/lake").location("lake.sales.orders")   # "/data/lake/lake/sales/orders"
         """
-        return os.path.join(self.root, *_writes.split_name(table))
+        return self._lake.join(*_writes.split_name(table))
 
     def pyiceberg_table(self, table: str) -> Table:
         """The pyiceberg `Table` of `table`, for Iceberg's own readers and tools.
@@ -220,7 +260,7 @@ class IcebergCatalog(SparkWrittenCatalog["Table", "DataFile", "list[str]"]):
         ice = self.pyiceberg_table(table)
         snapshot = _snapshot(ice, table, snapshot_id)
         files = [f.file_path for f in _data_files(ice, snapshot, table)]
-        return _writes.frame(spark, _spark_schema(_schema_of(ice, snapshot)), files)
+        return _writes.frame(spark, _spark_schema(_schema_of(ice, snapshot)), files, self._lake)
 
     def read_changes(
         self, spark: SparkSession, table: str, *, after_snapshot_id: int | None, snapshot_id: int
@@ -248,7 +288,7 @@ class IcebergCatalog(SparkWrittenCatalog["Table", "DataFile", "list[str]"]):
                 f"{gone} file(s) were removed (overwritten or rolled back); read it whole with read_at"
             )
         schema = _spark_schema(_schema_of(ice, now))
-        return _writes.frame(spark, schema, [f for f in files if f not in before])
+        return _writes.frame(spark, schema, [f for f in files if f not in before], self._lake)
 
     def commits_after(self, table: str, snapshot_id: int | None) -> list[CommitRecord]:
         """The commits of `table`'s current line of snapshots after sequence number `snapshot_id` (all when
@@ -332,19 +372,30 @@ class IcebergCatalog(SparkWrittenCatalog["Table", "DataFile", "list[str]"]):
         snapshots = list(ice.metadata.snapshots)
         expired = [s for s in snapshots if _sequence(s) < floor and s.snapshot_id not in heads]
         kept = [s for s in snapshots if s not in expired]
-        ever_data, ever_meta = _referenced(ice, snapshots)
-        live_data, live_meta = _referenced(ice, kept)
-        location = self.location(table)
-        files = [
-            *_files_under(os.path.join(location, _DATA_DIR), suffix=".parquet"),
-            *_files_under(os.path.join(location, "metadata"), suffix=".avro"),
-        ]
+        ever_data, ever_meta = _referenced(self._lake, ice, snapshots)
+        live_data, live_meta = _referenced(self._lake, ice, kept)
+        location, storage = self.location(table), self._table_files(ice)
+        found = {
+            **storage.list_files(f"{location}/{_DATA_DIR}"),
+            **storage.list_files(f"{location}/metadata"),
+        }
+        files = {
+            path: stat.mtime
+            for path, stat in found.items()
+            if path.endswith(".parquet" if path.startswith(f"{location}/{_DATA_DIR}/") else ".avro")
+        }
 
         def expire() -> None:
             if expired:
                 ice.maintenance.expire_snapshots().by_ids([s.snapshot_id for s in expired]).commit()
 
-        return _retention.Storage(files=files, live=live_data | live_meta, ever=ever_data | ever_meta, expire=expire)
+        return _retention.Storage(
+            files=files,
+            live=live_data | live_meta,
+            ever=ever_data | ever_meta,
+            expire=expire,
+            delete=storage.delete,
+        )
 
     def arrow_dataset(self, table: str, snapshot_id: int) -> pads.Dataset:
         """The table at snapshot `snapshot_id` as a pyarrow Dataset (lazy over the snapshot's parquet files).
@@ -363,7 +414,8 @@ class IcebergCatalog(SparkWrittenCatalog["Table", "DataFile", "list[str]"]):
             files = [f.file_path for f in _data_files(ice, snapshot, table)]
         except UnsupportedTable:
             return pads.dataset(ice.scan(snapshot_id=snapshot.snapshot_id).to_arrow())
-        return pads.dataset(files, schema=schema.as_arrow(), format="parquet")
+        paths, filesystem = self._table_files(ice).dataset_paths(files)
+        return pads.dataset(paths, schema=schema.as_arrow(), format="parquet", filesystem=filesystem)
 
     # The write steps (`SparkWrittenCatalog.write` runs them): Spark writes parquet files into a fresh directory
     # <table>/data/<write id>/, the driver commits them with pyiceberg together with the files the mode removes.
@@ -387,11 +439,20 @@ class IcebergCatalog(SparkWrittenCatalog["Table", "DataFile", "list[str]"]):
         return handle
 
     def _write_files(self, write: PendingWrite, handle: Table | None, data: DataFrame) -> list[str]:
-        del handle
-        staging = os.path.join(self.location(write.table), _DATA_DIR, write.write_id)
+        staging = self._staging(write, handle)
         with _writes.microsecond_timestamps(write.spark):
-            data.write.mode(NEW_DIRECTORY).option(NO_SUCCESS_MARKER, "false").parquet(staging)
-        return _writes.written_files(staging)
+            writer = data.write.mode(NEW_DIRECTORY).option(NO_SUCCESS_MARKER, "false")
+            writer.parquet(self._lake.spark_path(staging))
+        return self._staged(write, handle, staging)
+
+    def _staging(self, write: PendingWrite, handle: Table | None) -> str:
+        del handle
+        return f"{self.location(write.table)}/{_DATA_DIR}/{write.write_id}"
+
+    def _staged(self, write: PendingWrite, handle: Table | None, staging: str) -> list[str]:
+        """The paths of the non-empty files (pyiceberg reads their footers at the commit)."""
+        del write, handle
+        return list(_writes.written_row_counts(self.files, staging))
 
     def _open(self, table: str) -> Table | None:
         from pyiceberg.exceptions import NoSuchTableError
@@ -557,30 +618,35 @@ def _check_writable(ice: Table, table: str) -> None:
         raise UnsupportedTable(f"{table!r} is partitioned; this catalog writes unpartitioned Iceberg tables")
 
 
-def _referenced(ice: Table, snapshots: Iterable[Snapshot]) -> tuple[set[str], set[str]]:
-    """Data files, and manifest and manifest-list files, that `snapshots` reference (local paths)."""
+def _referenced(lake: LakeRoot, ice: Table, snapshots: Iterable[Snapshot]) -> tuple[set[str], set[str]]:
+    """Data files, and manifest and manifest-list files, that `snapshots` reference (the driver's paths)."""
     data: set[str] = set()
     meta: set[str] = set()
     seen: set[str] = set()
     for snapshot in snapshots:
-        meta.add(_writes.local_path(snapshot.manifest_list))
+        meta.add(lake.driver_path(snapshot.manifest_list))
         for manifest in snapshot.manifests(ice.io):
-            meta.add(_writes.local_path(manifest.manifest_path))
+            meta.add(lake.driver_path(manifest.manifest_path))
             if manifest.manifest_path in seen:
                 continue
             seen.add(manifest.manifest_path)
             for entry in manifest.fetch_manifest_entry(ice.io, discard_deleted=True):
-                data.add(_writes.local_path(entry.data_file.file_path))
+                data.add(lake.driver_path(entry.data_file.file_path))
     return data, meta
 
 
-def _files_under(directory: str, *, suffix: str) -> list[str]:
-    return [
-        os.path.normpath(os.path.join(root, name))
-        for root, _dirs, names in os.walk(directory)
-        for name in names
-        if name.endswith(suffix)
-    ]
+def _pyarrow_files(io: FileIO, location: str) -> Files:
+    """The files under `location` through pyiceberg's own FileIO (the same credentials and endpoint as its
+    commits)."""
+    from pyiceberg.io.pyarrow import PyArrowFileIO
+
+    if not isinstance(io, PyArrowFileIO):
+        raise TypeError(
+            f"the catalog's FileIO is {type(io).__name__}; listing and vacuum on an object store use pyiceberg's "
+            "PyArrowFileIO (the default: leave py-io-impl unset)"
+        )
+    scheme, netloc, _ = io.parse_location(location)
+    return Files(io.fs_by_scheme(scheme, netloc), lambda path: io.parse_location(path)[2])
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:

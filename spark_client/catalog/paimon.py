@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from spark_client.catalog import _retention, _writes
+from spark_client.catalog._lake import LOCAL, Files, LakeRoot
 from spark_client.catalog._writes import NEW_DIRECTORY, NO_SUCCESS_MARKER, PendingWrite, SparkWrittenCatalog
 from spark_client.catalog.base import CommitRecord, NotAppendOnly, UnsupportedTable
 from spark_client.modes import Append
@@ -79,10 +80,15 @@ class PaimonCatalog(SparkWrittenCatalog["FileStoreTable", _File, "list[CommitMes
     DataFrame's schema.
 
     Args:
-        root: a local directory; created on the first write.
+        root: a local directory (created on the first write) or an object-store URI: `s3://bucket/lake` (Spark
+            writes it as `s3a://`) or `gs://…` (pypaimon has no Azure file system).
+        storage_options: pypaimon catalog options for an object store (`s3.endpoint`, `s3.access-key`,
+            `s3.secret-key`, `s3.region`, `s3.path-style-access`, `gcs.project-id`, …); used by every driver-side
+            commit, listing, vacuum and non-Spark read, and by Spark tasks that write through pypaimon.
 
     Example:
         catalog = PaimonCatalog("/data/lake")
+        catalog = PaimonCatalog("s3://warehouse/lake", storage_options={"s3.region": "eu-west-1"})
         snapshot = catalog.append(spark, df, "lake.raw.orders")
         catalog.read_at(spark, "lake.raw.orders", snapshot).count()
     """
@@ -90,9 +96,12 @@ class PaimonCatalog(SparkWrittenCatalog["FileStoreTable", _File, "list[CommitMes
     format = "paimon"
     _format_name = "a Paimon"
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = _writes.local_root(root, what="a Paimon warehouse root")
+    def __init__(self, root: str | os.PathLike[str], *, storage_options: Mapping[str, str] | None = None) -> None:
+        self._lake = LakeRoot.parse(root, what="a Paimon warehouse root", schemes=frozenset({"s3", "gs"}))
+        self.root = self._lake.uri
+        self.storage_options = dict(storage_options or {})
         self._catalogs: dict[str, PaimonNativeCatalog] = {}
+        self._files: Files | None = None
 
     def __repr__(self) -> str:
         return f"PaimonCatalog({self.root!r})"
@@ -107,7 +116,17 @@ class PaimonCatalog(SparkWrittenCatalog["FileStoreTable", _File, "list[CommitMes
             PaimonCatalog("/data/lake").location("lake.sales.orders")   # "/data/lake/lake/sales.db/orders"
         """
         catalog, database, name = _writes.split_name(table)
-        return os.path.join(self.root, catalog, f"{database}.db", name)
+        return self._lake.join(catalog, f"{database}.db", name)
+
+    def _files_of(self, native: FileStoreTable) -> Files:
+        """The table's files as the driver reaches them: the local file system, or pypaimon's own FileIO
+        (`PyArrowFileIO`, with `storage_options`) for an object store."""
+        if self._lake.is_local:
+            return Files()
+        if self._files is None:
+            io = native.file_io
+            self._files = Files(io.filesystem, io.to_filesystem_path)
+        return self._files
 
     def paimon_table(self, table: str, *, snapshot_id: int | None = None) -> FileStoreTable:
         """The pypaimon table of `table` (at `snapshot_id` when given: Paimon time travel), for Paimon's own reader.
@@ -158,8 +177,8 @@ class PaimonCatalog(SparkWrittenCatalog["FileStoreTable", _File, "list[CommitMes
             orders = catalog.read_at(spark, "lake.raw.orders", 12)
         """
         at = self.paimon_table(table, snapshot_id=snapshot_id)
-        files = _current_files(at, table)
-        return _writes.frame(spark, _spark_schema(_fields_at(at, snapshot_id)), sorted(files))
+        files = _current_files(at, table, lake=self._lake)
+        return _writes.frame(spark, _spark_schema(_fields_at(at, snapshot_id)), sorted(files), self._lake)
 
     def read_changes(
         self, spark: SparkSession, table: str, *, after_snapshot_id: int | None, snapshot_id: int
@@ -180,13 +199,13 @@ class PaimonCatalog(SparkWrittenCatalog["FileStoreTable", _File, "list[CommitMes
         native = self.paimon_table(table)
         for wanted in (after_snapshot_id, snapshot_id):
             _travel(native, table, wanted)  # ValueError: no such snapshot
-        added, gone = _added_between(native, table, after_snapshot_id, snapshot_id)
+        added, gone = _added_between(native, table, after_snapshot_id, snapshot_id, lake=self._lake)
         if gone:
             raise NotAppendOnly(
                 f"{table!r} is not append-only between snapshots {after_snapshot_id} and {snapshot_id}: "
                 f"{gone} file(s) were removed (overwritten); read it whole with read_at"
             )
-        return _writes.frame(spark, _spark_schema(_fields_at(native, snapshot_id)), sorted(added))
+        return _writes.frame(spark, _spark_schema(_fields_at(native, snapshot_id)), sorted(added), self._lake)
 
     def commits_after(self, table: str, snapshot_id: int | None) -> list[CommitRecord]:
         """The snapshots of `table` after `snapshot_id` (all when None), newest first, with their tags (a
@@ -238,7 +257,7 @@ class PaimonCatalog(SparkWrittenCatalog["FileStoreTable", _File, "list[CommitMes
         if snapshot_id is None:
             write_id = uuid.uuid4().hex
             properties = {**(metadata or {}), _writes.RESTORES_KEY: "none", _writes.WRITE_KEY: write_id}
-            removals = _removals(_current_files(native, table).values())
+            removals = _removals(_current_files(native, table, lake=self._lake).values())
             return _commit(native, f"metaservice-{write_id}", _batch_identifier(), removals, properties)
         latest = native.snapshot_manager().get_latest_snapshot()
         if latest is None or latest.id != snapshot_id:
@@ -267,25 +286,30 @@ class PaimonCatalog(SparkWrittenCatalog["FileStoreTable", _File, "list[CommitMes
         ]
         kept = [s for s in every if s.id >= floor]
         expired = [s for s in every if s.id < floor]
-        ever_data, ever_meta = _referenced(native, every)
-        live_data, live_meta = _referenced(native, kept + tagged)
-        staging = os.path.join(native.table_path, _STAGING_DIR, "")
-        found = _files_under(native.table_path)
-        files = [
-            p for p in found if not p.startswith(staging) and os.path.basename(p).startswith(("data-", "manifest-"))
-        ]
+        ever_data, ever_meta = _referenced(self._lake, native, every)
+        live_data, live_meta = _referenced(self._lake, native, kept + tagged)
+        location = self._lake.normalize(native.table_path)
+        staging = f"{location}/{_STAGING_DIR}/"
+        files = self._files_of(native)
+        found = {path: stat.mtime for path, stat in files.list_files(location).items()}
+        kept_files = {
+            p: mtime
+            for p, mtime in found.items()
+            if not p.startswith(staging) and p.rsplit("/", 1)[-1].startswith(("data-", "manifest-"))
+        }
 
         def expire() -> None:
             if expired:
                 native.file_io.write_file(f"{snapshots.snapshot_dir}/EARLIEST", str(floor), overwrite=True)
 
         return _retention.Storage(
-            files=files,
+            files=kept_files,
             live=live_data | live_meta,
             ever=ever_data | ever_meta,
-            abandoned=[p for p in found if p.startswith(staging)],
-            expired=[snapshots.get_snapshot_path(s.id) for s in expired],
+            abandoned={p: mtime for p, mtime in found.items() if p.startswith(staging)},
+            expired=[self._lake.normalize(snapshots.get_snapshot_path(s.id)) for s in expired],
             expire=expire,
+            delete=files.delete,
         )
 
     def arrow_dataset(self, table: str, snapshot_id: int) -> pads.Dataset:
@@ -302,11 +326,13 @@ class PaimonCatalog(SparkWrittenCatalog["FileStoreTable", _File, "list[CommitMes
         at = self.paimon_table(table, snapshot_id=snapshot_id)
         fields = _fields_at(at, snapshot_id)
         try:
-            files = _current_files(at, table)
+            files = _current_files(at, table, lake=self._lake)
         except UnsupportedTable:
             builder = at.new_read_builder()
             return pads.dataset(builder.new_read().to_arrow(builder.new_scan().plan().splits()))
-        return pads.dataset(sorted(files), schema=PyarrowFieldParser.from_paimon_schema(fields), format="parquet")
+        paths, filesystem = self._files_of(at).dataset_paths(sorted(files))
+        schema = PyarrowFieldParser.from_paimon_schema(fields)
+        return pads.dataset(paths, schema=schema, format="parquet", filesystem=filesystem)
 
     # The write steps (`SparkWrittenCatalog.write` runs them): Spark writes the data files (through pypaimon in
     # its tasks for tables Spark's writer cannot write alike), the driver commits them with commit user = job id
@@ -325,7 +351,7 @@ class PaimonCatalog(SparkWrittenCatalog["FileStoreTable", _File, "list[CommitMes
         return _spark_schema(handle.table_schema.fields)
 
     def _live_files(self, table: str, handle: FileStoreTable) -> dict[str, _File]:
-        return _current_files(handle, table)
+        return _current_files(handle, table, lake=self._lake)
 
     def _prepare(self, write: PendingWrite, handle: FileStoreTable | None) -> FileStoreTable:
         """Create the table, or add the new columns as one Paimon schema change (not a snapshot)."""
@@ -337,17 +363,31 @@ class PaimonCatalog(SparkWrittenCatalog["FileStoreTable", _File, "list[CommitMes
         assert handle is not None  # `_prepare` created the table
         with _writes.microsecond_timestamps(write.spark):
             if (codec := _spark_codec(handle)) is not None:
-                return _spark_write(handle, data, write.write_id, codec)
+                staging = self._staging(write, handle)
+                writer = data.write.mode(NEW_DIRECTORY).option(NO_SUCCESS_MARKER, "false").option("compression", codec)
+                writer.parquet(self._lake.spark_path(staging))
+                return self._staged(write, handle, staging)
             user, identifier = write.tag or _committer(write.write_id)
-            task = _write_task(handle.table_path, user, identifier, _arrow_schema(write.schema))
+            schema = _arrow_schema(write.schema)
+            task = _write_task(handle.table_path, self.storage_options, user, identifier, schema)
             collected = data.mapInArrow(task, "messages binary").collect()
             return [m for row in collected for m in pickle.loads(row[0])]
+
+    def _staging(self, write: PendingWrite, handle: FileStoreTable | None) -> str:
+        assert handle is not None  # `_prepare` created the table
+        return f"{self._lake.normalize(handle.table_path)}/{_STAGING_DIR}/{write.write_id}"
+
+    def _staged(self, write: PendingWrite, handle: FileStoreTable | None, staging: str) -> list[CommitMessage]:
+        """The files move into `bucket-0/` under Paimon's names; one commit message describes them."""
+        del write
+        assert handle is not None
+        return _place_files(self._lake, self._files_of(handle), handle, staging)
 
     def _commit(
         self, write: PendingWrite, handle: FileStoreTable | None, staged: list[CommitMessage], removed: list[_File]
     ) -> int:
         assert handle is not None
-        gone = _current_files(handle, write.table).values() if write.replaces_all else removed
+        gone = _current_files(handle, write.table, lake=self._lake).values() if write.replaces_all else removed
         user, identifier = write.tag or _committer(write.write_id)
         return _commit(handle, user, identifier, [*staged, *_removals(gone)], write.properties)
 
@@ -355,7 +395,8 @@ class PaimonCatalog(SparkWrittenCatalog["FileStoreTable", _File, "list[CommitMes
         if catalog not in self._catalogs:
             from pypaimon import CatalogFactory
 
-            self._catalogs[catalog] = CatalogFactory.create({"warehouse": os.path.join(self.root, catalog)})
+            options = {**self.storage_options, "warehouse": self._lake.join(catalog)}
+            self._catalogs[catalog] = CatalogFactory.create(options)
         return self._catalogs[catalog]
 
     def _open(self, table: str) -> FileStoreTable | None:
@@ -446,8 +487,8 @@ def _spark_codec(native: FileStoreTable) -> str | None:
     return _SPARK_CODECS.get(str(options.file_compression("zstd")).lower())
 
 
-def _spark_write(native: FileStoreTable, data: DataFrame, write_id: str, codec: str) -> list[CommitMessage]:
-    """Spark writes `data` as parquet; the files move into `bucket-0/` as Paimon names them; one commit message
+def _place_files(lake: LakeRoot, files: Files, native: FileStoreTable, staging: str) -> list[CommitMessage]:
+    """The parquet files Spark wrote into `staging` move into `bucket-0/` as Paimon names them; one commit message
     describes them the way pypaimon's append writer does (statistics empty, sequence numbers 0, level 0)."""
     from pypaimon.common.options.core_options import CoreOptions
     from pypaimon.manifest.schema.data_file_meta import DataFileMeta
@@ -456,19 +497,17 @@ def _spark_write(native: FileStoreTable, data: DataFrame, write_id: str, codec: 
     from pypaimon.utils.file_store_path_factory import canonical_data_file_path
     from pypaimon.write.commit_message import CommitMessage
 
-    staging = os.path.join(native.table_path, _STAGING_DIR, write_id)
-    data.write.mode(NEW_DIRECTORY).option(NO_SUCCESS_MARKER, "false").option("compression", codec).parquet(staging)
     prefix = CoreOptions.data_file_prefix(native.options)
     metas = []
-    for path, rows in _writes.written_row_counts(staging).items():
+    sizes = {path: stat.size for path, stat in files.list_files(staging, recursive=False).items()}
+    for path, rows in _writes.written_row_counts(files, staging).items():
         name = f"{prefix}{uuid.uuid4()}-0.parquet"
-        target = _writes.local_path(canonical_data_file_path(native, (), 0, name))
-        os.makedirs(os.path.dirname(target), exist_ok=True)
-        os.rename(path, target)
+        target = lake.driver_path(canonical_data_file_path(native, (), 0, name))
+        files.move(path, target)
         metas.append(
             DataFileMeta.create(
                 file_name=name,
-                file_size=os.path.getsize(target),
+                file_size=sizes[path],
                 row_count=rows,
                 min_key=GenericRow([], []),
                 max_key=GenericRow([], []),
@@ -485,21 +524,22 @@ def _spark_write(native: FileStoreTable, data: DataFrame, write_id: str, codec: 
                 file_path=target,
             )
         )
-    if metas:
-        os.rmdir(staging)
+    if metas and files.local:
+        files.remove_empty_directory(staging)
     return [CommitMessage(partition=(), bucket=0, new_files=metas, deleted_files=[])] if metas else []
 
 
 def _write_task(
-    location: str, user: str, identifier: int, schema: pa.Schema
+    location: str, options: Mapping[str, str], user: str, identifier: int, schema: pa.Schema
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     """What each Spark task runs: write its rows with pypaimon, return the commit messages (pickled)."""
+    file_io_options = dict(options) or None
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         import pyarrow as pa
         from pypaimon.table.file_store_table import FileStoreTable
 
-        native = FileStoreTable.from_path(location)
+        native = FileStoreTable.from_path(location, file_io_options)
         writer = native.new_stream_write_builder()._with_commit_user(user).new_write()
         try:
             for batch in batches:
@@ -584,18 +624,21 @@ def _files_suffice(native: FileStoreTable, table: str) -> None:
         raise UnsupportedTable(f"{table!r} uses deletion vectors; read it with paimon_table")
 
 
-def _current_files(native: FileStoreTable, table: str) -> dict[str, _File]:
-    """Data files of the table's (time-travelled) snapshot by path; UnsupportedTable when files alone mislead."""
+def _current_files(native: FileStoreTable, table: str, *, lake: LakeRoot = LOCAL) -> dict[str, _File]:
+    """Data files of the table's (time-travelled) snapshot by path (the driver's form); UnsupportedTable when
+    files alone mislead."""
     _files_suffice(native, table)
     files: dict[str, _File] = {}
     for split in native.new_read_builder().new_scan().plan().splits():
         partition = tuple(split.partition.values) if split.partition is not None else ()
         for meta in split.files:
-            files[os.path.normpath(meta.file_path)] = _File(partition, split.bucket, meta)
+            files[lake.normalize(meta.file_path)] = _File(partition, split.bucket, meta)
     return files
 
 
-def _added_between(native: FileStoreTable, table: str, after: int, until: int) -> tuple[set[str], int]:
+def _added_between(
+    native: FileStoreTable, table: str, after: int, until: int, *, lake: LakeRoot = LOCAL
+) -> tuple[set[str], int]:
     """(paths of the data files added after snapshot `after` up to `until`, how many files of `after` are gone).
 
     Reads the delta manifests of the snapshots in between: a barrier's changes are a file or two, while a full
@@ -610,8 +653,8 @@ def _added_between(native: FileStoreTable, table: str, after: int, until: int) -
         [manager.get_snapshot_by_id(i) for i in range(after + 1, until + 1)] if until - after <= DELTA_SNAPSHOTS else []
     )
     if until > after and (not between or any(s is None for s in between)):
-        now = _current_files(_travel(native, table, until), table)
-        before = _current_files(_travel(native, table, after), table)
+        now = _current_files(_travel(native, table, until), table, lake=lake)
+        before = _current_files(_travel(native, table, after), table, lake=lake)
         return set(now.keys() - before.keys()), len(before.keys() - now.keys())
     from pypaimon.manifest.manifest_file_manager import ManifestFileManager
     from pypaimon.manifest.manifest_list_manager import ManifestListManager
@@ -633,7 +676,7 @@ def _added_between(native: FileStoreTable, table: str, after: int, until: int) -
                         if meta.external_path
                         else canonical_data_file_path(native, values, entry.bucket, meta.file_name)
                     )
-                    added[key] = os.path.normpath(path)
+                    added[key] = lake.normalize(path)
                 elif added.pop(key, None) is None:  # DELETE of a file older than `after`
                     gone += 1
     return set(added.values()), gone
@@ -645,29 +688,25 @@ def _fields_at(native: FileStoreTable, snapshot_id: int) -> list[Any]:
     return list((schema or native.table_schema).fields)
 
 
-def _referenced(native: FileStoreTable, snapshots: list[Snapshot]) -> tuple[set[str], set[str]]:
-    """Data files, and manifest lists and manifests, that `snapshots` reference (local paths)."""
+def _referenced(lake: LakeRoot, native: FileStoreTable, snapshots: list[Snapshot]) -> tuple[set[str], set[str]]:
+    """Data files, and manifest lists and manifests, that `snapshots` reference (the driver's paths)."""
     from pypaimon.manifest.manifest_list_manager import ManifestListManager
 
     lists = ManifestListManager(native)
-    manifest_dir = os.path.join(native.table_path, "manifest")
+    manifest_dir = f"{lake.normalize(native.table_path)}/manifest"
     data: set[str] = set()
     meta: set[str] = set()
     for snapshot in snapshots:
         for name in (snapshot.base_manifest_list, snapshot.delta_manifest_list, snapshot.changelog_manifest_list):
             if name:
-                meta.add(os.path.join(manifest_dir, name))
+                meta.add(f"{manifest_dir}/{name}")
         if snapshot.index_manifest:
-            meta.add(os.path.join(manifest_dir, snapshot.index_manifest))
+            meta.add(f"{manifest_dir}/{snapshot.index_manifest}")
         for manifest in lists.read_all(snapshot):
-            meta.add(os.path.join(manifest_dir, manifest.file_name))
+            meta.add(f"{manifest_dir}/{manifest.file_name}")
         travelled = native.copy({"scan.snapshot-id": str(snapshot.id)})
-        data.update(_current_files(travelled, str(native.identifier)))
+        data.update(_current_files(travelled, str(native.identifier), lake=lake))
     return data, meta
-
-
-def _files_under(directory: str) -> list[str]:
-    return [os.path.normpath(os.path.join(root, name)) for root, _dirs, names in os.walk(directory) for name in names]
 
 
 def _arrow_schema(schema: StructType) -> pa.Schema:

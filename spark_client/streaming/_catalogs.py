@@ -24,6 +24,13 @@ def catalog_spec(catalog: Catalog) -> str:
 def _spec(catalog: Catalog) -> dict[str, Any]:
     from spark_client.catalog import DeltaCatalog, IcebergCatalog, PaimonCatalog, RoutingCatalog
 
+    lake = getattr(catalog, "_lake", None)
+    if lake is not None and not lake.is_local:
+        raise TypeError(
+            f"{catalog!r} keeps its tables on an object store; streaming jobs read and write lakes in a local (or "
+            "mounted) directory so far: the stream source's Python workers and the checkpoint use the local file "
+            "system"
+        )
     if isinstance(catalog, DeltaCatalog):
         return {"format": "delta", "root": catalog.root}
     if isinstance(catalog, PaimonCatalog):

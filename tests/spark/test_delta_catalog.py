@@ -212,8 +212,9 @@ def test_the_catalog_is_a_delta_catalog_under_its_root(lake: DeltaCatalog) -> No
     catalog: Catalog = lake
     assert isinstance(lake, Catalog) and catalog.format == "delta"
     assert lake.location("lake.sales.orders_2-x") == os.path.join(lake.root, "lake", "sales", "orders_2-x")
-    with pytest.raises(ValueError, match="local"):
-        DeltaCatalog("s3://bucket/lake")
+    with pytest.raises(ValueError, match="local directory or an object-store URI"):
+        DeltaCatalog("hdfs://namenode/lake")  # object stores: tests/objectstore
+    assert DeltaCatalog("s3a://bucket/lake/").location("lake.sales.orders") == "s3://bucket/lake/lake/sales/orders"
 
 
 def test_bad_write_arguments_are_rejected_before_writing(spark: SparkSession, lake: DeltaCatalog) -> None:

@@ -186,8 +186,10 @@ def test_a_root_spark_would_read_as_a_pattern_is_refused_before_anything_is_writ
     """Spark expands glob characters in the file names it reads: such a lake would write and then not read back."""
     with pytest.raises(ValueError, match=r"contains .*choose a directory without them"):
         make_catalog(format_name, tmp_path / name)
-    with pytest.raises(ValueError, match="only local directories"):
-        make_catalog(format_name, "s3://bucket/lake")
+    with pytest.raises(ValueError, match=r"contains .*choose a directory without them"):
+        make_catalog(format_name, f"s3://bucket/{name}")
+    with pytest.raises(ValueError, match="local directory or an object-store URI"):
+        make_catalog(format_name, "hdfs://namenode/lake")  # object stores: tests/objectstore
     assert list(tmp_path.iterdir()) == []
 
 
