@@ -55,6 +55,7 @@ test-fast: install
 soak: install
 	METASERVICE_SOAK_STEPS=$${METASERVICE_SOAK_STEPS:-10000} $(BIN)/pytest -p no:cacheprovider -s -q tests/model/test_walk.py
 	METASERVICE_STREAM_MATRIX=full $(BIN)/pytest -p no:cacheprovider -q -m soak tests/streaming
+	$(BIN)/pytest -n 2 -p no:cacheprovider -q -m soak tests/spark/test_mode_crashes.py tests/spark/test_job.py
 	for run in 1 2 3 4 5 6; do \
 	  METASERVICE_CHECKER_SECONDS=$${METASERVICE_CHECKER_SECONDS:-300} \
 	    $(BIN)/pytest -p no:cacheprovider -s -q tests/checker || exit 1; \

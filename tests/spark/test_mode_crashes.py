@@ -18,6 +18,16 @@ from tests.support import ServerProcess
 pytestmark = [pytest.mark.spark, pytest.mark.crash, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 FAILPOINTS = ["after_files_written", "after_delta_commit", "before_metaservice_commit"]
+# Each case starts and kills a driver JVM (about a minute). `make test` runs a covering subset — every mode once,
+# every failpoint at least once — and `make soak` the whole 5 × 3 product (tests/conftest.py marks these `soak`).
+COVERING = {
+    "append-after_files_written",
+    "merge-after_delta_commit",
+    "overwrite-before_metaservice_commit",
+    "overwrite_partitions-after_files_written",
+    "replace_where-after_delta_commit",
+}
+SOAK_ONLY = {f"{mode}-{point}" for mode in crash_job.MODES for point in FAILPOINTS} - COVERING
 
 
 @pytest.mark.parametrize("failpoint", FAILPOINTS)
