@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Path, Query, Request
+from fastapi import Depends, Header, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
 from pydantic import BeforeValidator
 
 from metaservice.db.database import Database
+from metaservice.openlineage.runs import ParentRun
 from metaservice.runtime import Runtime
 from metaservice.schemas import JOB_PATTERN, NAME_PART_PATTERN
 from metaservice.settings import Settings
@@ -63,3 +65,31 @@ AfterName = Annotated[
 
 def table_name(catalog: str, database: str, table: str) -> str:
     return f"{catalog}.{database}.{table}"
+
+
+OPENLINEAGE_PARENT = "X-OpenLineage-Parent"
+
+
+async def openlineage_parent(
+    value: Annotated[
+        str | None,
+        Header(
+            alias=OPENLINEAGE_PARENT,
+            max_length=1000,
+            description="The OpenLineage run that started this run of the job, as "
+            f"`{ParentRun.FORMAT}` (Airflow's `lineage_parent_id`, `OPENLINEAGE_PARENT_ID`): the OpenLineage "
+            "event of a run the call ends carries it as its `parent` facet. Malformed: 422, nothing changed.",
+        ),
+    ] = None,
+) -> ParentRun | None:
+    """The `X-OpenLineage-Parent` header, read before the route runs: malformed, it is a 422 naming the header."""
+    if value is None:
+        return None
+    try:
+        return ParentRun.parse(value)
+    except ValueError as exc:
+        error = {"type": "value_error", "loc": ("header", OPENLINEAGE_PARENT), "msg": str(exc), "input": value}
+        raise RequestValidationError([error]) from None
+
+
+OpenLineageParentDep = Annotated[ParentRun | None, Depends(openlineage_parent)]
