@@ -18,6 +18,8 @@ import jsonschema_rs
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from spark_client import MetaServiceClient
+from spark_client.errors import InvalidRequest
 from tests import support
 from tests.support.openlineage import Capture, start_server
 
@@ -381,3 +383,29 @@ def test_a_malformed_parent_is_422_naming_the_header_and_changes_nothing(
     ok(api.post(f"/jobs/enrich/barriers/{barrier}/commit", json={"snapshots": {ENRICHED: 1}}))
     [event] = capture.wait_for("the COMPLETE event", lambda e: len(e) >= 1)
     assert event["eventType"] == "COMPLETE" and "parent" not in event["run"]["facets"]
+
+
+def test_the_client_sends_the_parent_run_with_next_commit_and_abort(
+    servers: tuple[httpx.Client, httpx.Client], capture: Capture
+) -> None:
+    """spark_client's MetaServiceClient, the HTTP layer EtlJob and StreamingJob call, against the real server."""
+    api, _ = servers
+    register(api, "enrich", [ORDERS], [ENRICHED])
+    parent, run_id = "airflow/daily.enrich", str(uuid.uuid4())
+    with MetaServiceClient(str(api.base_url)) as client:
+        first = client.next_barrier("enrich", {ORDERS: 1}, openlineage_parent=f"{parent}/{run_id}")
+        assert first.barrier is not None
+        client.commit_barrier("enrich", first.barrier, {ENRICHED: 1}, openlineage_parent=f"{parent}/{run_id}")
+        second = client.next_barrier("enrich", {ORDERS: 2}, openlineage_parent=f"{parent}/{run_id}")
+        assert second.barrier is not None
+        with pytest.raises(InvalidRequest, match=PARENT_HEADER) as refused:
+            client.abort_barrier("enrich", second.barrier, openlineage_parent=f"{parent}/not-a-uuid")
+        assert refused.value.status == 422
+        client.abort_barrier("enrich", second.barrier, reason="bad file", openlineage_parent=f"{parent}/{run_id}")
+
+    events = capture.wait_for("two events", lambda e: len(e) >= 2)
+    assert sorted((e["eventType"], e["run"]["facets"]["parent"]["run"]["runId"]) for e in events) == [
+        ("COMPLETE", run_id),
+        ("FAIL", run_id),
+    ]
+    assert {e["run"]["facets"]["parent"]["job"]["name"] for e in events} == {"daily.enrich"}
