@@ -246,8 +246,9 @@ def test_a_freshness_waiter_rides_out_a_postgres_restart(postgres: PostgresClust
             postgres.start()
             # The listener reconnects and wakes the waiter; its check meets a dead pooled connection.
             support.wait_until(
-                lambda: bool(answer)
-                or support.metric(server.base_url, "metaservice_version_outage_rechecks_total") >= 1,
+                lambda: (
+                    bool(answer) or support.metric(server.base_url, "metaservice_version_outage_rechecks_total") >= 1
+                ),
                 timeout=60,
                 what="the waiting read to look again after the restart",
             )
