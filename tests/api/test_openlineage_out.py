@@ -5,6 +5,7 @@ capture server with a deadline."""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import time
 import uuid
@@ -336,10 +337,14 @@ def test_a_job_naming_its_parent_run_nests_the_runs_it_ends_under_it(
     [fail] = of_barrier(events, failed)
     [abort] = of_barrier(events, changed["barrier"])
     assert (complete["eventType"], fail["eventType"], abort["eventType"]) == ("COMPLETE", "FAIL", "ABORT")
-    assert complete["run"]["facets"]["parent"] == {
+    parent = complete["run"]["facets"]["parent"]
+    assert re.fullmatch(
+        r"https://openlineage\.io/spec/facets/[\d-]+/ParentRunFacet\.json#/\$defs/ParentRunFacet", parent["_schemaURL"]
+    )
+    assert parent == {
         **parent_facet("airflow", "daily/enrich.spark", task_run),
         "_producer": complete["producer"],
-        "_schemaURL": "https://openlineage.io/spec/facets/1-2-0/ParentRunFacet.json#/$defs/ParentRunFacet",
+        "_schemaURL": parent["_schemaURL"],  # OpenLineage's own (the version is the library's)
     }
     assert fail["run"]["facets"]["parent"]["run"]["runId"] == retry_run  # canonical (lower case)
     assert {k: fail["run"]["facets"]["parent"][k] for k in ("run", "job", "root")} == parent_facet(
