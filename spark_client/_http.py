@@ -8,6 +8,7 @@ import functools
 import importlib.metadata
 import logging
 import os
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -42,6 +43,11 @@ logger = logging.getLogger("spark_client")
 TOKEN_ENV = "METASERVICE_TOKEN"
 OPENLINEAGE_PARENT_ENV = "OPENLINEAGE_PARENT_ID"  # what Airflow's OpenLineage provider and openlineage-dbt use
 OPENLINEAGE_PARENT_HEADER = "X-OpenLineage-Parent"
+# <namespace>/<job name>/<run id> in visible ASCII: the namespace ends at the first '/', the run id (a UUID) starts
+# after the last. The server's pattern (metaservice.openlineage.runs.ParentRun.PATTERN, in its OpenAPI document).
+_OPENLINEAGE_PARENT = re.compile(
+    r"[\x21-\x2e\x30-\x7e]+/[\x21-\x7e]+/[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
 Consistency = Literal["strong", "weak"]
 Direction = Literal["upstream", "downstream", "both"]
 StartAt = Literal["newest", "earliest"] | int
@@ -127,16 +133,10 @@ def check_openlineage_parent(value: str | None) -> str | None:
         value, source = os.environ.get(OPENLINEAGE_PARENT_ENV), f"the environment variable {OPENLINEAGE_PARENT_ENV}"
     if not value:
         return None
-    namespace, _, rest = value.partition("/")
-    name, _, run_id = rest.rpartition("/")
-    try:
-        uuid.UUID(run_id)
-    except ValueError:
-        run_id = ""
-    if not (namespace and name and run_id and value.isascii() and value.isprintable()):
+    if _OPENLINEAGE_PARENT.fullmatch(value) is None:
         raise ValueError(
             f"{source} must be <namespace>/<job name>/<run id>, the run id a UUID (what Airflow's OpenLineage "
-            f"macro lineage_parent_id gives), in printable ASCII; got {value!r}"
+            f"macro lineage_parent_id gives), in visible ASCII; got {value!r}"
         )
     return value
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import Depends, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
@@ -68,6 +68,14 @@ def table_name(catalog: str, database: str, table: str) -> str:
 
 
 OPENLINEAGE_PARENT = "X-OpenLineage-Parent"
+PARENT_MAX_LENGTH = 1000
+
+
+def _parent_header_schema(schema: dict[str, Any]) -> None:
+    """Published as a string of `ParentRun.PATTERN` (which `ParentRun.parse` checks, with its own message); no `null`
+    branch: an absent header is no parent, and the text "null" is no valid value."""
+    schema.pop("anyOf", None)
+    schema.update(type="string", maxLength=PARENT_MAX_LENGTH, pattern=ParentRun.PATTERN)
 
 
 async def openlineage_parent(
@@ -75,7 +83,8 @@ async def openlineage_parent(
         str | None,
         Header(
             alias=OPENLINEAGE_PARENT,
-            max_length=1000,
+            max_length=PARENT_MAX_LENGTH,
+            json_schema_extra=_parent_header_schema,
             description="The OpenLineage run that started this run of the job, as "
             f"`{ParentRun.FORMAT}` (Airflow's `lineage_parent_id`, `OPENLINEAGE_PARENT_ID`): the OpenLineage "
             "event of a run the call ends carries it as its `parent` facet. Malformed: 422, nothing changed.",

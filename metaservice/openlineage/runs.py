@@ -14,8 +14,8 @@ orchestrator's task run, from the `X-OpenLineage-Parent` header the API layer pa
 
 from __future__ import annotations
 
+import re
 import time
-import uuid
 from collections.abc import Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
@@ -25,30 +25,35 @@ if TYPE_CHECKING:
     from metaservice.domain.world import JobView, RunView, World
 
 
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+
+
 @dataclass(frozen=True)
 class ParentRun:
     """The OpenLineage run that started the job's run (an Airflow task instance's run, say): the `parent` facet."""
 
     namespace: str
     name: str
-    run_id: str  # a UUID, in its canonical form
+    run_id: str  # a UUID, in its canonical (lower case) form
 
     FORMAT: ClassVar[str] = "<namespace>/<job name>/<run id>"
+    # Visible ASCII; the namespace ends at the first '/', the run id (a UUID) starts after the last.
+    PATTERN: ClassVar[str] = rf"^[\x21-\x2e\x30-\x7e]+/[\x21-\x7e]+/{_UUID}$"
 
     @classmethod
     def parse(cls, value: str) -> ParentRun:
-        """Read `<namespace>/<job name>/<run id>`: the form of Airflow's `lineage_parent_id` macro and of the
-        `OPENLINEAGE_PARENT_ID` variable. The namespace ends at the first '/', the run id (a UUID) starts after
-        the last; the job name is what lies between (it may hold '/'). Raises `ValueError` saying what is wrong."""
+        """Read `<namespace>/<job name>/<run id>` (`PATTERN`): the form of Airflow's `lineage_parent_id` macro and
+        of the `OPENLINEAGE_PARENT_ID` variable; the job name is what lies between the namespace and the run id
+        (it may hold '/'). Raises `ValueError` saying what is wrong."""
         namespace, _, rest = value.partition("/")
         name, _, run_id = rest.rpartition("/")
+        if re.fullmatch(cls.PATTERN, value) is not None:
+            return cls(namespace, name, run_id.lower())
         if not namespace or not name or not run_id:
             raise ValueError(f"expected {cls.FORMAT}, three non-empty parts, got {value!r}")
-        try:
-            canonical = str(uuid.UUID(run_id))
-        except ValueError:
-            raise ValueError(f"the run id {run_id!r} (after the last '/') is not a UUID") from None
-        return cls(namespace, name, canonical)
+        if re.fullmatch(_UUID, run_id) is None:
+            raise ValueError(f"the run id {run_id!r} (after the last '/') is not a UUID (8-4-4-4-12 hex digits)")
+        raise ValueError(f"expected {cls.FORMAT} in visible ASCII characters (no spaces), got {value!r}")
 
 
 @dataclass(frozen=True)
