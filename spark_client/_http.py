@@ -8,6 +8,7 @@ import functools
 import importlib.metadata
 import logging
 import os
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -40,6 +41,13 @@ from spark_client.models import (
 logger = logging.getLogger("spark_client")
 
 TOKEN_ENV = "METASERVICE_TOKEN"
+OPENLINEAGE_PARENT_ENV = "OPENLINEAGE_PARENT_ID"  # what Airflow's OpenLineage provider and openlineage-dbt use
+OPENLINEAGE_PARENT_HEADER = "X-OpenLineage-Parent"
+# <namespace>/<job name>/<run id> in visible ASCII: the namespace ends at the first '/', the run id (a UUID) starts
+# after the last. The server's pattern (metaservice.openlineage.runs.ParentRun.PATTERN, in its OpenAPI document).
+_OPENLINEAGE_PARENT = re.compile(
+    r"[\x21-\x2e\x30-\x7e]+/[\x21-\x7e]+/[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+)
 Consistency = Literal["strong", "weak"]
 Direction = Literal["upstream", "downstream", "both"]
 StartAt = Literal["newest", "earliest"] | int
@@ -107,6 +115,34 @@ def check_start(start: object) -> StartAt:
     if start in ("newest", "earliest") or (isinstance(start, int) and not isinstance(start, bool) and start > 0):
         return start
     raise ValueError(f"start must be 'newest', 'earliest' or a barrier (a positive integer), got {start!r}")
+
+
+def check_openlineage_parent(value: str | None) -> str | None:
+    """The OpenLineage parent run of a job's runs: `value`, else the environment variable `OPENLINEAGE_PARENT_ID`
+    (an empty string: none). The form is `<namespace>/<job name>/<run id>`, as Airflow's `lineage_parent_id`
+    macro gives it: the namespace ends at the first '/', the run id (a UUID) starts after the last.
+
+    Raises:
+        ValueError: not of that form, naming it.
+
+    Example:
+        check_openlineage_parent("default/daily.enrich/0192f7a4-7c1e-7d3a-9b1e-2f4c6a8e0d11")
+    """
+    source = "openlineage_parent"
+    if value is None:
+        value, source = os.environ.get(OPENLINEAGE_PARENT_ENV), f"the environment variable {OPENLINEAGE_PARENT_ENV}"
+    if not value:
+        return None
+    if _OPENLINEAGE_PARENT.fullmatch(value) is None:
+        raise ValueError(
+            f"{source} must be <namespace>/<job name>/<run id>, the run id a UUID (what Airflow's OpenLineage "
+            f"macro lineage_parent_id gives), in visible ASCII; got {value!r}"
+        )
+    return value
+
+
+def _parent_header(openlineage_parent: str | None) -> dict[str, str]:
+    return {OPENLINEAGE_PARENT_HEADER: openlineage_parent} if openlineage_parent else {}
 
 
 def _rfc3339(moment: datetime) -> str:
@@ -352,6 +388,7 @@ class MetaServiceClient:
         root_snapshots: Mapping[str, int] | None = None,
         *,
         start: StartAt | None = None,
+        openlineage_parent: str | None = None,
     ) -> BarrierDecision:
         """Ask what the job must do now. Until commit or abort, the same barrier and inputs come back.
 
@@ -361,6 +398,8 @@ class MetaServiceClient:
             start: for a job that never settled a barrier: "newest" (the server's default: the newest barrier
                 its inputs settled), "earliest" (the first barrier at which every input holds data: a
                 backfill) or a barrier value (the first barrier at or after it). Ignored afterwards.
+            openlineage_parent: the OpenLineage run that started this one, `<namespace>/<job name>/<run id>`
+                (header `X-OpenLineage-Parent`); `next` ends no run, so the server only checks it here.
 
         Returns:
             "process" a barrier with the given inputs, "wait" for one, or "idle".
@@ -375,15 +414,20 @@ class MetaServiceClient:
         if start is not None:
             body["start"] = check_start(start)
         path = f"/jobs/{_segment(job_id)}/barriers/next"
-        return BarrierDecision.from_json(self._object("POST", path, json=body))
+        headers = _parent_header(openlineage_parent)
+        return BarrierDecision.from_json(self._object("POST", path, json=body, headers=headers))
 
-    def commit_barrier(self, job_id: str, barrier: int, snapshots: Mapping[str, int]) -> Commit:
+    def commit_barrier(
+        self, job_id: str, barrier: int, snapshots: Mapping[str, int], *, openlineage_parent: str | None = None
+    ) -> Commit:
         """Record the snapshot written to each sink for `barrier`. The same commit again is a no-op.
 
         Args:
             job_id: the job.
             barrier: the barrier in flight for the job.
             snapshots: one snapshot id for each sink of the job.
+            openlineage_parent: the OpenLineage run that started this one, `<namespace>/<job name>/<run id>`:
+                the run's COMPLETE event names it as its parent.
 
         Returns:
             The commit as recorded.
@@ -392,21 +436,26 @@ class MetaServiceClient:
             NotInFlight: the barrier was never handed to the job, or was aborted.
             SnapshotConflict: the barrier was already committed with other snapshots.
             SnapshotRegressed: a snapshot id is lower than at an earlier barrier.
-            InvalidRequest: the sinks listed are not exactly the job's sinks.
+            InvalidRequest: the sinks listed are not exactly the job's sinks, or `openlineage_parent` is malformed.
 
         Example:
             client.commit_barrier("enrich", decision.barrier, {"lake.mart.orders_enriched": 7})
         """
         path = f"/jobs/{_segment(job_id)}/barriers/{int(barrier)}/commit"
-        return Commit.from_json(self._object("POST", path, json={"snapshots": dict(snapshots)}))
+        body = {"snapshots": dict(snapshots)}
+        return Commit.from_json(self._object("POST", path, json=body, headers=_parent_header(openlineage_parent)))
 
-    def abort_barrier(self, job_id: str, barrier: int, *, reason: str | None = None) -> None:
+    def abort_barrier(
+        self, job_id: str, barrier: int, *, reason: str | None = None, openlineage_parent: str | None = None
+    ) -> None:
         """Give a barrier up: it never completes in the job's sinks, and downstream jobs skip it.
 
         Args:
             job_id: the job.
             barrier: the barrier in flight for the job.
             reason: why, shown to admins.
+            openlineage_parent: the OpenLineage run that started this one, `<namespace>/<job name>/<run id>`:
+                the run's FAIL event names it as its parent.
 
         Raises:
             AlreadyCommitted: the barrier was committed already.
@@ -415,7 +464,8 @@ class MetaServiceClient:
             client.abort_barrier("enrich", barrier, reason="input file is corrupt")
         """
         body = {"reason": reason} if reason is not None else {}
-        self._call("POST", f"/jobs/{_segment(job_id)}/barriers/{int(barrier)}/abort", json=body)
+        path = f"/jobs/{_segment(job_id)}/barriers/{int(barrier)}/abort"
+        self._call("POST", path, json=body, headers=_parent_header(openlineage_parent))
 
     def issue_barrier(
         self, root_snapshots: Mapping[str, int] | None = None, *, idempotency_key: str | None = None
@@ -866,4 +916,4 @@ def _bound(min_barrier: int | None, max_staleness_seconds: float | None, wait_se
     return {name: value for name, value in fields.items() if value is not None}
 
 
-__all__ = ["MetaServiceClient", "StartAt", "check_start"]
+__all__ = ["MetaServiceClient", "StartAt", "check_openlineage_parent", "check_start"]

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
 
 from spark_client import _failpoints
-from spark_client._http import MetaServiceClient, StartAt, check_start
+from spark_client._http import MetaServiceClient, StartAt, check_openlineage_parent, check_start
 from spark_client.catalog.base import Catalog, CommitRecord
 from spark_client.errors import (
     AlreadyCommitted,
@@ -188,10 +188,14 @@ class EtlJob:
         future_roots: sources that may not exist yet, neither in storage nor in MetaService: roots an outside
             writer will create. `register` refuses any other source that MetaService does not know and storage
             does not hold (a misspelt name would become a root that never gets data).
+        openlineage_parent: the OpenLineage run that started this job (an Airflow task instance's run), as
+            `<namespace>/<job name>/<run id>`; default: the environment variable `OPENLINEAGE_PARENT_ID`
+            (`metaservice_airflow.spark_env(context)` sets it), "" for none. Sent with `next`, commit and abort,
+            so MetaService's OpenLineage event of each run the job ends names it as the run's parent.
 
     Raises:
         ValueError: a malformed job id or table name, a table both read and written, no sinks, a future root
-            that is not a source.
+            that is not a source, a malformed `openlineage_parent` (or `OPENLINEAGE_PARENT_ID`).
 
     Example:
         job = EtlJob(spark, client, catalog, job_id="enrich",
@@ -212,6 +216,7 @@ class EtlJob:
         sinks: Sequence[str],
         start: StartAt = "newest",
         future_roots: Sequence[str] = (),
+        openlineage_parent: str | None = None,
     ) -> None:
         if not isinstance(job_id, str) or not _JOB_ID.fullmatch(job_id):
             raise ValueError(f"job ids match {_JOB_ID.pattern}, got {job_id!r}")
@@ -238,6 +243,7 @@ class EtlJob:
         if stray or isinstance(future_roots, str):
             raise ValueError(f"job {job_id!r}: future_roots must be a list of its sources, got {future_roots!r}")
         self.future_roots = list(future_roots)
+        self.openlineage_parent = check_openlineage_parent(openlineage_parent)
         self._roots: list[str] | None = None
 
     def __repr__(self) -> str:
@@ -370,7 +376,7 @@ class EtlJob:
                 self._give_up(decision, written, reason=f"{type(exc).__name__}: {exc}"[:2000])
                 raise
             _failpoints.hit("before_metaservice_commit")
-            self.client.commit_barrier(self.job_id, barrier, written)
+            self.client.commit_barrier(self.job_id, barrier, written, openlineage_parent=self.openlineage_parent)
         except (NotInFlight, _AbortedMeanwhile) as exc:
             reason = exc.detail if isinstance(exc, NotInFlight) else exc.reason
             restored = self._undo(decision, written)
@@ -401,11 +407,15 @@ class EtlJob:
         back stops being one); a `NotRoot` answer (the lineage changed in between) is asked again once."""
         self._roots = None
         try:
-            return self.client.next_barrier(self.job_id, self._root_snapshots(), start=self.start)
+            return self.client.next_barrier(
+                self.job_id, self._root_snapshots(), start=self.start, openlineage_parent=self.openlineage_parent
+            )
         except NotRoot as exc:
             logger.info("job %s: %s; asking the server for its roots again", self.job_id, exc.detail)
             self._roots = None
-            return self.client.next_barrier(self.job_id, self._root_snapshots(), start=self.start)
+            return self.client.next_barrier(
+                self.job_id, self._root_snapshots(), start=self.start, openlineage_parent=self.openlineage_parent
+            )
 
     def _root_snapshots(self) -> dict[str, int]:
         """The latest storage snapshot of each root source, for the server to seal in a new barrier."""
@@ -522,7 +532,9 @@ class EtlJob:
         """Abort the barrier on the server, then undo what this run wrote for it."""
         assert decision.barrier is not None
         try:
-            self.client.abort_barrier(self.job_id, decision.barrier, reason=reason)
+            self.client.abort_barrier(
+                self.job_id, decision.barrier, reason=reason, openlineage_parent=self.openlineage_parent
+            )
         except AlreadyCommitted:
             logger.error("job %s: barrier %d was committed already; not undoing it", self.job_id, decision.barrier)
             return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Header, status
+from fastapi import APIRouter, Body, Depends, Header, status
 
 from metaservice.api.auth import PrincipalDep
 from metaservice.api.deps import (
@@ -15,9 +15,11 @@ from metaservice.api.deps import (
     DatabasePath,
     JobIdPath,
     Limit,
+    OpenLineageParentDep,
     RuntimeDep,
     SettingsDep,
     TablePath,
+    openlineage_parent,
     table_name,
 )
 from metaservice.api.responses import problems
@@ -41,7 +43,8 @@ from metaservice.services import inspection
 router = APIRouter(tags=["barriers"])
 
 
-@router.post("/jobs/{job_id}/barriers/next", responses=problems(404, 409))
+# `next` ends no run: its X-OpenLineage-Parent is only checked, so that a malformed one fails before any work.
+@router.post("/jobs/{job_id}/barriers/next", responses=problems(404, 409), dependencies=[Depends(openlineage_parent)])
 async def next_barrier(
     job_id: JobIdPath,
     rt: RuntimeDep,
@@ -61,9 +64,13 @@ async def next_barrier(
 
 
 @router.post("/jobs/{job_id}/barriers/{barrier}/commit", responses=problems(404, 409))
-async def commit_barrier(job_id: JobIdPath, barrier: BarrierPath, body: CommitRequest, rt: RuntimeDep) -> CommitResult:
+async def commit_barrier(
+    job_id: JobIdPath, barrier: BarrierPath, body: CommitRequest, rt: RuntimeDep, parent: OpenLineageParentDep
+) -> CommitResult:
     """Record the job's sink snapshots for the barrier; the same commit again is a no-op."""
-    return await barrier_service.commit_barrier(rt, job_id=job_id, barrier=barrier, snapshots=body.snapshots)
+    return await barrier_service.commit_barrier(
+        rt, job_id=job_id, barrier=barrier, snapshots=body.snapshots, parent=parent
+    )
 
 
 @router.post("/jobs/{job_id}/barriers/{barrier}/abort", responses=problems(404, 409))
@@ -71,10 +78,13 @@ async def abort_barrier(
     job_id: JobIdPath,
     barrier: BarrierPath,
     rt: RuntimeDep,
+    parent: OpenLineageParentDep,
     body: Annotated[AbortRequest | None, Body()] = None,
 ) -> AbortResult:
     """Give up the barrier: it never completes in the job's sinks and downstream jobs skip it."""
-    return await barrier_service.abort_barrier(rt, job_id=job_id, barrier=barrier, reason=body.reason if body else None)
+    return await barrier_service.abort_barrier(
+        rt, job_id=job_id, barrier=barrier, reason=body.reason if body else None, parent=parent
+    )
 
 
 IdempotencyKey = Annotated[

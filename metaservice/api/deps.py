@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import Depends, Path, Query, Request
+from fastapi import Depends, Header, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
 from pydantic import BeforeValidator
 
 from metaservice.db.database import Database
+from metaservice.openlineage.runs import ParentRun
 from metaservice.runtime import Runtime
 from metaservice.schemas import JOB_PATTERN, NAME_PART_PATTERN
 from metaservice.settings import Settings
@@ -63,3 +65,40 @@ AfterName = Annotated[
 
 def table_name(catalog: str, database: str, table: str) -> str:
     return f"{catalog}.{database}.{table}"
+
+
+OPENLINEAGE_PARENT = "X-OpenLineage-Parent"
+PARENT_MAX_LENGTH = 1000
+
+
+def _parent_header_schema(schema: dict[str, Any]) -> None:
+    """Published as a string of `ParentRun.PATTERN` (which `ParentRun.parse` checks, with its own message); no `null`
+    branch: an absent header is no parent, and the text "null" is no valid value."""
+    schema.pop("anyOf", None)
+    schema.update(type="string", maxLength=PARENT_MAX_LENGTH, pattern=ParentRun.PATTERN)
+
+
+async def openlineage_parent(
+    value: Annotated[
+        str | None,
+        Header(
+            alias=OPENLINEAGE_PARENT,
+            max_length=PARENT_MAX_LENGTH,
+            json_schema_extra=_parent_header_schema,
+            description="The OpenLineage run that started this run of the job, as "
+            f"`{ParentRun.FORMAT}` (Airflow's `lineage_parent_id`, `OPENLINEAGE_PARENT_ID`): the OpenLineage "
+            "event of a run the call ends carries it as its `parent` facet. Malformed: 422, nothing changed.",
+        ),
+    ] = None,
+) -> ParentRun | None:
+    """The `X-OpenLineage-Parent` header, read before the route runs: malformed, it is a 422 naming the header."""
+    if value is None:
+        return None
+    try:
+        return ParentRun.parse(value)
+    except ValueError as exc:
+        error = {"type": "value_error", "loc": ("header", OPENLINEAGE_PARENT), "msg": str(exc), "input": value}
+        raise RequestValidationError([error]) from None
+
+
+OpenLineageParentDep = Annotated[ParentRun | None, Depends(openlineage_parent)]

@@ -16,7 +16,8 @@ What a run becomes (docs/design.md, "OpenLineage"):
   `snapshotId` and `previousSnapshotId` as integers); outputs: each sink with the snapshot committed (none when
   aborted);
 - run facets: `nominalTime` (the barrier as a time: barriers are µs since the epoch) and `metaservice_barrier`
-  (barrier, status, who aborted and why).
+  (barrier, status, who aborted and why); `parent` (OpenLineage's standard facet, `root` the same run: nothing
+  tells the root apart) when the job named the run that started it.
 """
 
 from __future__ import annotations
@@ -39,13 +40,14 @@ from openlineage.client.facet_v2 import (
     RunFacet,
     dataset_version_dataset,
     nominal_time_run,
+    parent_run,
 )
 from openlineage.client.serde import Serde
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential_jitter
 
 from metaservice import __version__
 from metaservice.observability import OpenLineageCounters
-from metaservice.openlineage.runs import EndedRun
+from metaservice.openlineage.runs import EndedRun, ParentRun
 from metaservice.settings import Settings
 
 logger = logging.getLogger("metaservice.openlineage")
@@ -119,6 +121,20 @@ def _version(snapshot: int) -> dataset_version_dataset.DatasetVersionDatasetFace
     return dataset_version_dataset.DatasetVersionDatasetFacet(datasetVersion=str(snapshot), producer=PRODUCER)
 
 
+def _parent(parent: ParentRun) -> parent_run.ParentRunFacet:
+    """The standard parent facet; the root is the parent too, as OpenLineage's Spark integration does when it is
+    given a parent alone."""
+    return parent_run.ParentRunFacet(
+        run=parent_run.Run(runId=parent.run_id),
+        job=parent_run.Job(namespace=parent.namespace, name=parent.name),
+        root=parent_run.Root(
+            run=parent_run.RootRun(runId=parent.run_id),
+            job=parent_run.RootJob(namespace=parent.namespace, name=parent.name),
+        ),
+        producer=PRODUCER,
+    )
+
+
 def build_event(run: EndedRun, *, namespace: str, dataset_namespace: str) -> RunEvent:
     """The RunEvent describing `run` (openlineage-python's model; `Serde.to_json` gives the wire form)."""
     if run.status == "committed":
@@ -155,7 +171,7 @@ def build_event(run: EndedRun, *, namespace: str, dataset_namespace: str) -> Run
                 },
             )
         )
-    facets = {
+    facets: dict[str, RunFacet] = {
         "nominalTime": nominal_time_run.NominalTimeRunFacet(
             nominalStartTime=_barrier_time(run.barrier), producer=PRODUCER
         ),
@@ -163,6 +179,8 @@ def build_event(run: EndedRun, *, namespace: str, dataset_namespace: str) -> Run
             barrier=run.barrier, status=run.status, abortedBy=run.aborted_by, reason=run.reason, producer=PRODUCER
         ),
     }
+    if run.parent is not None:
+        facets["parent"] = _parent(run.parent)
     return RunEvent(
         eventType=state,
         eventTime=_time(run.ended_at),

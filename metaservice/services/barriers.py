@@ -38,6 +38,7 @@ from metaservice.errors import (
     Unavailable,
 )
 from metaservice.openlineage import runs as openlineage
+from metaservice.openlineage.runs import ParentRun
 from metaservice.repositories import protocol as protocol_rows
 from metaservice.repositories import tables as table_rows
 from metaservice.repositories import versions as version_rows
@@ -189,8 +190,11 @@ async def next_barrier(
     return await _retrying(rt.database, step, what=f"job {job_id!r}")
 
 
-async def commit_barrier(rt: Runtime, *, job_id: str, barrier: int, snapshots: Mapping[str, int]) -> CommitResult:
+async def commit_barrier(
+    rt: Runtime, *, job_id: str, barrier: int, snapshots: Mapping[str, int], parent: ParentRun | None = None
+) -> CommitResult:
     """Record the job's output snapshots for `barrier`. Exactly once: a repeat with the same snapshots is a no-op.
+    `parent`: the OpenLineage run that started the job's run, for its COMPLETE event.
 
     Right after the job's `next` on this process, the commit plans on what that `next` stored and writes in one
     statement (services/commit_hints.py); when the write finds the job changed, or the plan would not succeed, it
@@ -214,7 +218,7 @@ async def commit_barrier(rt: Runtime, *, job_id: str, barrier: int, snapshots: M
         g, run, planner = planned
         if not await _store(rt, unit, g, planner):
             return None
-        openlineage.run_committed(job_id, run, snapshots)
+        openlineage.run_committed(job_id, run, snapshots, parent=parent)
         return CommitResult(job_id=job_id, barrier=barrier, snapshots=dict(snapshots))
 
     return await _retrying(rt.database, step, what=f"job {job_id!r}")
@@ -264,8 +268,11 @@ def _planned_commit(
     return g, run, planner
 
 
-async def abort_barrier(rt: Runtime, *, job_id: str, barrier: int, reason: str | None) -> AbortResult:
-    """Give up `barrier`: it never completes in the job's sinks and downstream jobs skip it. Idempotent."""
+async def abort_barrier(
+    rt: Runtime, *, job_id: str, barrier: int, reason: str | None, parent: ParentRun | None = None
+) -> AbortResult:
+    """Give up `barrier`: it never completes in the job's sinks and downstream jobs skip it. Idempotent.
+    `parent`: the OpenLineage run that started the job's run, for its FAIL event."""
     rt.commit_hints.keep(job_id, None)  # a commit of it must not even try the state its `next` stored
 
     async def step(unit: Unit) -> AbortResult | None:
@@ -287,7 +294,7 @@ async def abort_barrier(rt: Runtime, *, job_id: str, barrier: int, reason: str |
             planner.abort(job.id, run, reason or "aborted by the job")
             if not await _store(rt, unit, g, planner):
                 return None
-            openlineage.run_aborted(g.world, job, run, reason or "aborted by the job", by="job")
+            openlineage.run_aborted(g.world, job, run, reason or "aborted by the job", by="job", parent=parent)
         return AbortResult(job_id=job_id, barrier=barrier)
 
     return await _retrying(rt.database, step, what=f"job {job_id!r}")
@@ -352,7 +359,7 @@ async def abort_in_flight(conn: Connection, job_id: str, reason: str, *, after: 
     planner.abort(g.job_id, run, reason)
     stored = await protocol_rows.apply(conn, planner.writes)
     assert stored, "the caller holds the job's row lock"
-    openlineage.run_aborted(g.world, g.world.jobs[g.job_id], run, reason, by="server")  # sent once committed
+    openlineage.run_aborted(g.world, g.world.jobs[g.job_id], run, reason, by="server", parent=None)  # once committed
 
 
 # --- internals -------------------------------------------------------------------------------------------------

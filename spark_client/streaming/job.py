@@ -140,6 +140,11 @@ class StreamingJob:
         sinks: the tables it writes.
         checkpoint: the query's checkpoint directory (local); a restart continues from it.
         start: where the first barrier is, as for `EtlJob` ("newest", "earliest" or a barrier).
+        openlineage_parent: the OpenLineage run that started the query, as for `EtlJob` (default: the
+            environment variable `OPENLINEAGE_PARENT_ID`); every micro-batch's run names it as its parent.
+
+    Raises:
+        ValueError: no sources, or what `EtlJob` refuses (a malformed `openlineage_parent` among it).
 
     Example:
         job = StreamingJob(spark, client, catalog, job_id="silver", sources=["lake.raw.orders"],
@@ -161,13 +166,23 @@ class StreamingJob:
         checkpoint: str | os.PathLike[str],
         start: StartAt = "newest",
         future_roots: Sequence[str] = (),
+        openlineage_parent: str | None = None,
     ) -> None:
         if not sources:
             raise ValueError(f"streaming job {job_id!r} needs at least one source to read as a stream")
         # future_roots: as for EtlJob, sources an outside writer will create (register refuses unknown names)
         self._batch = EtlJob(
-            spark, client, catalog, job_id=job_id, sources=sources, sinks=sinks, start=start, future_roots=future_roots
+            spark,
+            client,
+            catalog,
+            job_id=job_id,
+            sources=sources,
+            sinks=sinks,
+            start=start,
+            future_roots=future_roots,
+            openlineage_parent=openlineage_parent,
         )
+        self.openlineage_parent = self._batch.openlineage_parent
         self.spark, self.client, self.catalog = spark, client, catalog
         self.job_id, self.sources, self.sinks = job_id, list(sources), list(sinks)
         self.checkpoint = os.path.abspath(os.fspath(checkpoint))
@@ -230,6 +245,7 @@ class StreamingJob:
             .option("roots", json.dumps(self._roots or []))
             .option("start", str(self.start_at))
             .option("on_rewrite", on_rewrite)
+            .option("openlineage_parent", self.openlineage_parent or "")
             .load()
         )
 
@@ -406,7 +422,7 @@ class StreamingJob:
                 df.unpersist()
         _failpoints.hit("before_metaservice_commit")
         try:
-            self.client.commit_barrier(self.job_id, barrier, written)
+            self.client.commit_barrier(self.job_id, barrier, written, openlineage_parent=self.openlineage_parent)
         except NotInFlight as exc:
             undone = self._undo(offset, written)
             logger.warning(

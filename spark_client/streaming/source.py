@@ -68,6 +68,7 @@ class MetaServiceDataSource(DataSource):
     - `start`: "newest" (default), "earliest" or a barrier value, for a job that never settled a barrier.
     - `on_rewrite`: "fail" (default), "full" or "abort": what a micro-batch does when its input was
       overwritten, merged or restored since the previous barrier (as `Inputs.changes`).
+    - `openlineage_parent`: the OpenLineage parent run sent with `next` and abort (as `EtlJob`'s); empty: none.
     """
 
     @classmethod
@@ -100,6 +101,7 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.on_rewrite not in ON_REWRITE:
             raise ValueError(f"on_rewrite must be one of {list(ON_REWRITE)}, got {self.on_rewrite!r}")
         self.files_per_partition = int(options.get("files_per_partition") or FILES_PER_PARTITION)
+        self.openlineage_parent = options.get("openlineage_parent") or None
         self.schema = schema
         self._frozen_roots: dict[str, int] | None = None  # availableNow: the root snapshots at its start
         self._client: MetaServiceClient | None = None
@@ -134,7 +136,9 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         del limit  # one barrier per micro-batch whatever the limit
         previous = BarrierOffset.from_json(start)
         roots = self._frozen_roots if self._frozen_roots is not None else self._root_snapshots()
-        decision = self.client.next_barrier(self.job_id, roots, start=self.start)
+        decision = self.client.next_barrier(
+            self.job_id, roots, start=self.start, openlineage_parent=self.openlineage_parent
+        )
         if decision.action != "process" or decision.barrier is None or decision.barrier == previous.barrier:
             return start
         if self.table not in decision.inputs:
@@ -167,7 +171,12 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 return snapshot_files(self.catalog, self.table, span.snapshot)
             if self.on_rewrite == "abort":
                 with contextlib.suppress(NotInFlight):  # aborted already: a replay of this micro-batch
-                    self.client.abort_barrier(self.job_id, offset.barrier, reason=f"{where} (on_rewrite='abort')")
+                    self.client.abort_barrier(
+                        self.job_id,
+                        offset.barrier,
+                        reason=f"{where} (on_rewrite='abort')",
+                        openlineage_parent=self.openlineage_parent,
+                    )
                 logger.warning("%s; gave the barrier up (on_rewrite='abort')", where)
                 return []
             raise NotAppendOnly(

@@ -1,17 +1,16 @@
 """OpenLineage out: real servers with METASERVICE_OPENLINEAGE_URL pointing at a capture server the test runs (a
-real HTTP server on a socket), driven over HTTP. Events are awaited by polling the capture server with a
-deadline."""
+real HTTP server on a socket, tests/support/openlineage.py), driven over HTTP. Events are awaited by polling the
+capture server with a deadline."""
 
 from __future__ import annotations
 
 import json
+import re
 import socket
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,10 @@ import jsonschema_rs
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from spark_client import MetaServiceClient
+from spark_client.errors import InvalidRequest
 from tests import support
+from tests.support.openlineage import Capture, start_server
 
 ORDERS, CUSTOMERS, ENRICHED = "lake.raw.orders", "lake.raw.customers", "lake.mart.orders_enriched"
 # Documented in docs/design.md ("OpenLineage out"): run id = uuid5(this, "<namespace>/<job id>/<barrier>").
@@ -37,62 +39,10 @@ def assert_facet(name: str, facet: dict[str, Any]) -> None:
     jsonschema_rs.validate(own, facet)
 
 
-class Capture:
-    """An HTTP server on a free loopback port that records every POST. It answers the statuses queued in
-    `answers` first, then 200."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[str, dict[str, str], Any]] = []
-        self.answers: list[int] = []
-        self.lock = threading.Lock()
-        capture = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                with capture.lock:
-                    capture.requests.append((self.path, dict(self.headers), body))
-                    status = capture.answers.pop(0) if capture.answers else 200
-                self.send_response(status)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, format: str, *args: Any) -> None:
-                del format, args
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def events(self) -> list[dict[str, Any]]:
-        with self.lock:
-            return [body for _, _, body in self.requests]
-
-    def wait_for(self, what: str, predicate: Callable[[list[dict[str, Any]]], bool]) -> list[dict[str, Any]]:
-        support.wait_until(lambda: predicate(self.events()), timeout=30, what=what)
-        return self.events()
-
-    def clear(self) -> None:
-        with self.lock:
-            self.requests.clear()
-            self.answers.clear()
-
-
 @pytest.fixture(scope="module", name="capture")
 def fx_capture() -> Iterator[Capture]:
-    capture = Capture()
-    capture.thread.start()
-    yield capture
-    capture.server.shutdown()
-    capture.server.server_close()
-
-
-def start_server(database_url: str, log_dir: Path, **settings: str) -> support.ServerProcess:
-    env = {f"METASERVICE_{name.upper()}": value for name, value in settings.items()}
-    return support.ServerProcess(database_url, env=env, log_path=log_dir / f"server-{time.monotonic_ns()}.log").start()
+    with Capture() as capture:
+        yield capture
 
 
 @pytest.fixture(scope="module", name="emitting")
@@ -348,3 +298,119 @@ def test_a_dead_endpoint_does_not_slow_commits_and_drops_are_counted(
     assert figures["metaservice_openlineage_events_dropped_total"] >= 12 - 3 - 4
     assert figures["metaservice_openlineage_events_sent_total"] == 0
     del api  # empties the database after the test
+
+
+PARENT_HEADER = "X-OpenLineage-Parent"
+
+
+def parent_facet(namespace: str, name: str, run_id: str) -> dict[str, Any]:
+    """OpenLineage's standard parent facet as MetaService sends it: the root is the parent (nothing better known)."""
+    ids = {"run": {"runId": run_id, "facets": {}}, "job": {"namespace": namespace, "name": name, "facets": {}}}
+    return {**ids, "root": ids}
+
+
+def test_a_job_naming_its_parent_run_nests_the_runs_it_ends_under_it(
+    servers: tuple[httpx.Client, httpx.Client], capture: Capture
+) -> None:
+    """X-OpenLineage-Parent on commit and abort becomes the `parent` facet of the COMPLETE and FAIL events; a run
+    the server aborts carries none, even when the job's `next` named a parent."""
+    api, _ = servers
+    register(api, "enrich", [ORDERS], [ENRICHED])
+    task_run, retry_run = str(uuid.uuid4()), str(uuid.uuid4())
+    # a job name may hold '/': the namespace ends at the first one, the run id starts after the last
+    as_task = {PARENT_HEADER: f"airflow/daily/enrich.spark/{task_run}"}
+    as_retry = {PARENT_HEADER: f"airflow/daily.enrich/{retry_run.upper()}"}  # any UUID spelling
+
+    committed = ok(api.post("/jobs/enrich/barriers/next", json={"root_snapshots": {ORDERS: 1}}, headers=as_task))
+    ok(
+        api.post(
+            f"/jobs/enrich/barriers/{committed['barrier']}/commit", json={"snapshots": {ENRICHED: 1}}, headers=as_task
+        )
+    )
+    failed = process(api, "enrich", **{ORDERS: 2})
+    ok(api.post(f"/jobs/enrich/barriers/{failed}/abort", json={"reason": "bad file"}, headers=as_retry))
+    changed = ok(api.post("/jobs/enrich/barriers/next", json={"root_snapshots": {ORDERS: 3}}, headers=as_task))
+    register(api, "enrich", [CUSTOMERS], [])  # the server aborts the run in flight
+
+    events = capture.wait_for("three events", lambda e: len(e) >= 3)
+    [complete] = of_barrier(events, committed["barrier"])
+    [fail] = of_barrier(events, failed)
+    [abort] = of_barrier(events, changed["barrier"])
+    assert (complete["eventType"], fail["eventType"], abort["eventType"]) == ("COMPLETE", "FAIL", "ABORT")
+    parent = complete["run"]["facets"]["parent"]
+    assert re.fullmatch(
+        r"https://openlineage\.io/spec/facets/[\d-]+/ParentRunFacet\.json#/\$defs/ParentRunFacet", parent["_schemaURL"]
+    )
+    assert parent == {
+        **parent_facet("airflow", "daily/enrich.spark", task_run),
+        "_producer": complete["producer"],
+        "_schemaURL": parent["_schemaURL"],  # OpenLineage's own (the version is the library's)
+    }
+    assert fail["run"]["facets"]["parent"]["run"]["runId"] == retry_run  # canonical (lower case)
+    assert {k: fail["run"]["facets"]["parent"][k] for k in ("run", "job", "root")} == parent_facet(
+        "airflow", "daily.enrich", retry_run
+    )
+    assert "parent" not in abort["run"]["facets"]
+    assert len(capture.events()) == 3
+
+
+@pytest.mark.parametrize(
+    ("value", "wrong"),
+    [
+        ("airflow/daily.enrich", "three non-empty parts"),
+        ("/daily.enrich/0192f7a4-7c1e-7d3a-9b1e-2f4c6a8e0d11", "three non-empty parts"),
+        ("airflow//0192f7a4-7c1e-7d3a-9b1e-2f4c6a8e0d11", "three non-empty parts"),
+        ("airflow/daily.enrich/not-a-uuid", "'not-a-uuid' (after the last '/') is not a UUID"),
+    ],
+)
+def test_a_malformed_parent_is_422_naming_the_header_and_changes_nothing(
+    servers: tuple[httpx.Client, httpx.Client], capture: Capture, value: str, wrong: str
+) -> None:
+    api, _ = servers
+    register(api, "enrich", [ORDERS], [ENRICHED])
+    bad = {PARENT_HEADER: value}
+    barrier = process(api, "enrich", **{ORDERS: 1})
+    calls = [
+        api.post(f"/jobs/enrich/barriers/{barrier}/commit", json={"snapshots": {ENRICHED: 1}}, headers=bad),
+        api.post(f"/jobs/enrich/barriers/{barrier}/abort", json={}, headers=bad),
+        api.post("/jobs/enrich/barriers/next", json={"root_snapshots": {ORDERS: 2}}, headers=bad),
+    ]
+    for response in calls:
+        assert response.status_code == 422, response.text
+        assert response.headers["content-type"] == "application/problem+json"
+        body = response.json()
+        assert body["code"] == "invalid_request" and PARENT_HEADER in body["detail"]
+        [error] = body["errors"]
+        assert error["loc"] == ["header", PARENT_HEADER] and wrong in error["msg"], error
+    job = ok(api.get("/jobs/enrich"))
+    assert job["in_flight_barrier"] == barrier  # neither committed nor aborted
+    assert ok(api.get(f"/tables/{ORDERS.replace('.', '/')}"))["latest_snapshot_id"] == 1  # `next`'s report: not taken
+    ok(api.post(f"/jobs/enrich/barriers/{barrier}/commit", json={"snapshots": {ENRICHED: 1}}))
+    [event] = capture.wait_for("the COMPLETE event", lambda e: len(e) >= 1)
+    assert event["eventType"] == "COMPLETE" and "parent" not in event["run"]["facets"]
+
+
+def test_the_client_sends_the_parent_run_with_next_commit_and_abort(
+    servers: tuple[httpx.Client, httpx.Client], capture: Capture
+) -> None:
+    """spark_client's MetaServiceClient, the HTTP layer EtlJob and StreamingJob call, against the real server."""
+    api, _ = servers
+    register(api, "enrich", [ORDERS], [ENRICHED])
+    parent, run_id = "airflow/daily.enrich", str(uuid.uuid4())
+    with MetaServiceClient(str(api.base_url)) as client:
+        first = client.next_barrier("enrich", {ORDERS: 1}, openlineage_parent=f"{parent}/{run_id}")
+        assert first.barrier is not None
+        client.commit_barrier("enrich", first.barrier, {ENRICHED: 1}, openlineage_parent=f"{parent}/{run_id}")
+        second = client.next_barrier("enrich", {ORDERS: 2}, openlineage_parent=f"{parent}/{run_id}")
+        assert second.barrier is not None
+        with pytest.raises(InvalidRequest, match=PARENT_HEADER) as refused:
+            client.abort_barrier("enrich", second.barrier, openlineage_parent=f"{parent}/not-a-uuid")
+        assert refused.value.status == 422
+        client.abort_barrier("enrich", second.barrier, reason="bad file", openlineage_parent=f"{parent}/{run_id}")
+
+    events = capture.wait_for("two events", lambda e: len(e) >= 2)
+    assert sorted((e["eventType"], e["run"]["facets"]["parent"]["run"]["runId"]) for e in events) == [
+        ("COMPLETE", run_id),
+        ("FAIL", run_id),
+    ]
+    assert {e["run"]["facets"]["parent"]["job"]["name"] for e in events} == {"daily.enrich"}

@@ -27,8 +27,14 @@ os.environ.update(
         "AIRFLOW__CORE__DAGS_FOLDER": str(_HOME / "dags"),
         "AIRFLOW__CORE__UNIT_TEST_MODE": "True",
         "AIRFLOW__LOGGING__LOGGING_LEVEL": "WARNING",
+        # Airflow's OpenLineage provider on, as where MetaService's events nest under the tasks' runs: its listener
+        # reports every task run to this file, its macros are there (the plugin is off without a transport)
+        "AIRFLOW__OPENLINEAGE__TRANSPORT": json.dumps(
+            {"type": "file", "log_file_path": str(_HOME / "openlineage.jsonl"), "append": True}
+        ),
     }
 )
+OPENLINEAGE_EVENTS = _HOME / "openlineage.jsonl"
 
 
 def connection_env(url: str, token: str | None = None) -> str:

@@ -2,6 +2,7 @@
 
 Example:
     from metaservice_airflow import MetaServiceConsistencySensor, MetaServiceConsistencyTrigger, MetaServiceHook
+    from metaservice_airflow import openlineage_parent_id, spark_env  # the task's OpenLineage run, for Spark jobs
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ def __getattr__(name: str) -> Any:
         from metaservice_airflow.handover import handed_versions
 
         return handed_versions
+    if name in ("openlineage_parent_id", "spark_env"):
+        from metaservice_airflow import lineage
+
+        return getattr(lineage, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -60,4 +65,6 @@ __all__ = [
     "__version__",
     "get_provider_info",
     "handed_versions",
+    "openlineage_parent_id",
+    "spark_env",
 ]
