@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.crash, pytest.mark.slow]
 REPO = Path(__file__).resolve().parents[2]
 FAILPOINTS = ["after_files_written", "after_delta_commit", "before_metaservice_commit"]
 # Each case starts and kills a driver JVM (about a minute). `make test` runs a covering subset — every mode once,
-# every failpoint at least once — and `make soak` the whole 5 × 3 product (tests/conftest.py marks these `soak`).
+# every failpoint at least once — and `make soak` the whole 5 x 3 product (tests/conftest.py marks these `soak`).
 COVERING = {
     "append-after_files_written",
     "merge-after_delta_commit",
