@@ -2,14 +2,17 @@
 
     orders ──┬─► enrich ──► orders_enriched ──┬─► revenue ──► revenue_by_day
              │                                │        ▲
+             │                                ├─► spend (streaming) ──► customer_spend
              └─► audit ───► order_counts ─────┴─► reconcile ──► reconciliation
     customers ─► dims ────► customer_dim ──────────────┘ (revenue also reads customer_dim)
 
 Each round ingests new orders (and sometimes customers), issues a barrier, and runs the jobs at different
 cadences, each sink with the write mode a real job would use: `enrich` appends the new orders, `dims` MERGEs
 new customers on their key, `audit` and `revenue` recompute only the days the new orders touch and overwrite
-those partitions, `reconcile` rewrites its small table whole. After each round it prints the barrier, every
-table's snapshot, a strong-consistent read whose invariant it checks, and the lineage.
+those partitions, `reconcile` rewrites its small table whole. `spend` is a Structured Streaming query (running
+sums per customer, upserted with MERGE) started each round with the `availableNow` trigger: one micro-batch per
+barrier, then it stops, like a scheduled incremental job. After each round it prints the barrier, every table's
+snapshot, a strong-consistent read of batch and streaming sinks whose invariant it checks, and the lineage.
 """
 
 from __future__ import annotations
@@ -33,10 +36,12 @@ if TYPE_CHECKING:
     from spark_client import Catalog, MetaServiceClient
     from spark_client.inputs import Inputs
     from spark_client.modes import ModeSpec
+    from spark_client.streaming import StreamingJob
 
 ORDERS, CUSTOMERS = "lake.raw.orders", "lake.raw.customers"
 ENRICHED, COUNTS, DIM = "lake.mart.orders_enriched", "lake.mart.order_counts", "lake.mart.customer_dim"
 REVENUE, RECON = "lake.mart.revenue_by_day", "lake.mart.reconciliation"
+SPEND = "lake.mart.customer_spend"  # written by the streaming job
 ROUNDS = 5
 FORMATS = ("delta", "iceberg", "paimon")
 
@@ -138,8 +143,26 @@ def _append_once(
     return catalog.append(spark, spark.createDataFrame(rows), table)
 
 
+def run_spend(job: StreamingJob) -> str:
+    """The streaming job: every sealed barrier of `orders_enriched` not yet processed, one micro-batch each, then
+    stop (`availableNow`); the checkpoint carries the running sums to the next round."""
+    from pyspark.sql import functions as F
+
+    from spark_client.modes import Merge
+
+    before = len(job.history)
+    spend = job.read(ENRICHED).groupBy("customer_id").agg(F.sum("amount").alias("spend"))
+    query = job.start(spend, mode=Merge(keys=("customer_id",)), output_mode="update", trigger={"availableNow": True})
+    query.awaitTermination()
+    if (error := query.exception()) is not None:
+        raise RuntimeError(f"the streaming job spend failed: {error}")
+    done = [r.barrier for r in job.history[before:] if r.action == "process"]
+    return f"   {'spend':<10} streamed {len(done)} micro-batch(es), one per barrier {done}"
+
+
 def check_invariant(spark: SparkSession, client: MetaServiceClient, catalog: Catalog) -> str:
-    """Revenue per day equals the sum of the enriched orders of that day, read at one strong barrier."""
+    """Revenue per day equals the sum of the enriched orders of that day, and the streaming job's spend of every
+    customer sums to the same total, read at one strong barrier."""
 
     from spark_client import NoConsistentVersion
 
@@ -154,7 +177,8 @@ def _checked_read(spark: SparkSession, client: MetaServiceClient, catalog: Catal
 
     from spark_client import consistent_tables
 
-    with consistent_tables(spark, client, catalog, [REVENUE, ENRICHED], consistency="strong", holder="demo") as t:
+    tables = [REVENUE, ENRICHED, SPEND]
+    with consistent_tables(spark, client, catalog, tables, consistency="strong", holder="demo") as t:
         revenue_by_day = {
             r["day"]: r["revenue"] for r in t[REVENUE].groupBy("day").agg(F.sum("revenue").alias("revenue")).collect()
         }
@@ -164,7 +188,13 @@ def _checked_read(spark: SparkSession, client: MetaServiceClient, catalog: Catal
         if revenue_by_day != enriched_by_day:
             raise AssertionError(f"inconsistent read at barrier {t.barrier}: {revenue_by_day} != {enriched_by_day}")
         total = sum(revenue_by_day.values())
-        return f"strong read @ barrier {t.barrier} {dict(t.snapshots)}: revenue == Σ enriched orders == {total} ✓"
+        spent = t[SPEND].agg(F.sum("spend")).first()[0] or 0  # type: ignore[index]
+        if spent != total:
+            raise AssertionError(f"inconsistent read at barrier {t.barrier}: streamed spend {spent} != {total}")
+        return (
+            f"strong read @ barrier {t.barrier} {dict(t.snapshots)}: "
+            f"revenue == Σ enriched orders == Σ streamed spend == {total} ✓"
+        )
 
 
 def print_state(base_url: str) -> None:
@@ -247,9 +277,23 @@ def run(base_url: str, lake: Path, rounds: int, started: float, *, table_format:
         }
         for job in jobs.values():
             job.register()
+        from spark_client.streaming import StreamingJob
+
+        spend = StreamingJob(
+            spark,
+            client,
+            catalog,
+            job_id="spend",
+            sources=[ENRICHED],
+            sinks=[SPEND],
+            checkpoint=lake / "_checkpoints" / "spend",
+            start="earliest",
+        )
+        spend.register()
         client.set_root_group("demo-ingest", [ORDERS, CUSTOMERS])  # written together: sealed only together
         print("▶ lineage (write mode of each job)")
-        print_lineage(base_url, {name: step[3] for name, step in steps.items()})
+        modes: dict[str, object] = {name: step[3] for name, step in steps.items()}
+        print_lineage(base_url, {**modes, "spend": "streaming, availableNow, Merge(customer_id)"})
         for round_no in range(1, rounds + 1):
             snapshots = ingest(spark, catalog, round_no, rng)
             barrier = client.issue_barrier(snapshots)
@@ -269,6 +313,7 @@ def run(base_url: str, lake: Path, rounds: int, started: float, *, table_format:
                     + (f" (skipped {list(last.skipped)})" if last.skipped else ""),
                     flush=True,
                 )
+            print(run_spend(spend), flush=True)
             print_state(base_url)
             print("   " + check_invariant(spark, client, catalog))
         print(f"\n✔ demo finished in {time.monotonic() - started:.0f}s")
