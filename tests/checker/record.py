@@ -75,6 +75,17 @@ class Change:
     barrier: int | None = None
 
 
+@dataclass(frozen=True)
+class RefusedRepeat:
+    """A commit acknowledged, then repeated at once through the other server and refused `not_in_flight`."""
+
+    job: str
+    barrier: int
+    start: float  # the first commit was sent
+    end: float  # the repeat was answered
+    what: str
+
+
 @dataclass
 class Record:
     """Thread-safe log of the run."""
@@ -89,6 +100,7 @@ class Record:
     statuses: Counter[str] = field(default_factory=Counter)  # "POST /x → 409 code"
     server_errors: list[str] = field(default_factory=list)  # answers no request may get (500, ...)
     violations: list[str] = field(default_factory=list)
+    refused_repeats: list[RefusedRepeat] = field(default_factory=list)
 
     def add(self, item: Handed | Outcome | Read | Change) -> None:
         with self.lock:
@@ -100,6 +112,10 @@ class Record:
                 self.reads.append(item)
             else:
                 self.changes.append(item)
+
+    def refused_repeat(self, repeat: RefusedRepeat) -> None:
+        with self.lock:
+            self.refused_repeats.append(repeat)
 
     def wrote(self, outputs: Mapping[str, int], inputs: Mapping[str, int]) -> None:
         with self.lock:
@@ -125,7 +141,25 @@ class Record:
         problems += self._one_value_per_table_and_barrier()
         problems += self._strong_never_goes_back()
         problems += self._replays()
+        problems += self._repeats_refused_only_after_rollbacks()
         return problems + self.violations
+
+    def _repeats_refused_only_after_rollbacks(self) -> list[str]:
+        """A repeated commit answers as the first did, unless a rollback of the job to an earlier barrier
+        completed between the two: then the barrier was undone, and `not_in_flight` is the truth."""
+        rollbacks = [c for c in self.changes if c.kind == "rollback"]
+        return [
+            repeat.what
+            for repeat in self.refused_repeats
+            if not any(
+                repeat.job in c.jobs
+                and c.barrier is not None
+                and c.barrier < repeat.barrier
+                and c.end > repeat.start
+                and c.start < repeat.end
+                for c in rollbacks
+            )
+        ]
 
     def provenance(
         self, table: str, snapshot: int, seen: frozenset[tuple[str, int]] = frozenset()

@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx
 
-from tests.checker.record import Change, Handed, Outcome, Read, Record
+from tests.checker.record import Change, Handed, Outcome, Read, Record, RefusedRepeat
 
 ROOTS = ("lake.raw.r1", "lake.raw.r2", "lake.raw.r3")
 # The base lineage (seven jobs, one component through r1/r2 and one through r3, joined by j5).
@@ -273,13 +273,16 @@ class Checker:
         body = {"snapshots": outputs}
         status, answer, start, end, server = api.call("POST", f"/jobs/{job}/barriers/{barrier}/commit", body)
         if status == 200 and rng.random() < 0.15:  # a retry after a lost answer, through the other server
-            again, repeated, _, end, _ = api.call(
+            again, repeated, _, repeat_end, _ = api.call(
                 "POST", f"/jobs/{job}/barriers/{barrier}/commit", body, server=(server + 1) % len(api.clients)
             )
-            if again != 200 or repeated != answer:
-                self.record.violations.append(
-                    f"a repeated commit of {job} {barrier} answered {again} {repeated}, the first {answer}"
-                )
+            what = f"a repeated commit of {job} {barrier} answered {again} {repeated}, the first {answer}"
+            if again == 409 and isinstance(repeated, dict) and repeated.get("code") == "not_in_flight":
+                # right only when a rollback of the job undid the barrier in between (judged after the run, when
+                # every completed rollback is recorded)
+                self.record.refused_repeat(RefusedRepeat(job, barrier, start, repeat_end, what))
+            elif again != 200 or repeated != answer:
+                self.record.violations.append(what)
         kind = "committed" if status == 200 else "unknown" if status in (0, 504, 503) else "refused"
         if status == 409 and isinstance(answer, dict) and answer.get("code") not in ("not_in_flight",):
             self.record.violations.append(f"commit of {job} {barrier} {outputs} answered 409 {answer}")
