@@ -70,7 +70,7 @@ def run(ctx: Context) -> Outcome:
         root, chain = "bench.raw.events", ["bench.s.one", "bench.s.two", "bench.s.three"]
 
         def events(first: int, count: int = 50) -> Any:
-            return spark.range(first, first + count).selectExpr("id", "id % 7 AS k", "id * 1.5 AS v")
+            return spark.range(first, first + count).selectExpr("id", "id % 7 AS k", "CAST(id * 1.5 AS DOUBLE) AS v")
 
         catalog.append(spark, events(0), root)
         queries = []
