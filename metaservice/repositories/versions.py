@@ -90,15 +90,29 @@ _FRONTIER = f"""
     -- The newest lineage change before the bound that can make the component another one: a change of an edge
     -- on a table of the scope, or of an edge of a job of the component (changes elsewhere in the catalog never
     -- cost a strong read a step back: a busy catalog made reads run out of steps, docs/design.md rule 9).
+    -- Index lookups per scope table and per job (the fences keep the planner from scanning every edge of the
+    -- catalog: bench `versions`, 11 of a read's 12 ms at 18,000 edges).
+    scope_tables AS (SELECT DISTINCT table_id FROM scope),
+    scope_jobs AS (
+        SELECT DISTINCT w.job_id
+          FROM scope_tables s
+          CROSS JOIN bound
+          CROSS JOIN LATERAL (
+                SELECT w.job_id FROM lineage_edges w
+                 WHERE w.table_id = s.table_id AND {_AT_B.format(e="w")} OFFSET 0) w
+    ),
     touched(e_id, added_after, removed_after) AS (
         SELECT e.id, e.added_after, e.removed_after
-          FROM lineage_edges e
-         WHERE e.table_id IN (SELECT table_id FROM scope)
+          FROM scope_tables s
+          CROSS JOIN LATERAL (
+                SELECT e.id, e.added_after, e.removed_after FROM lineage_edges e
+                 WHERE e.table_id = s.table_id OFFSET 0) e
         UNION
         SELECT e.id, e.added_after, e.removed_after
-          FROM lineage_edges e
-         WHERE e.job_id IN (SELECT w.job_id FROM lineage_edges w CROSS JOIN bound
-                             WHERE w.table_id IN (SELECT table_id FROM scope) AND {_AT_B.format(e="w")})
+          FROM scope_jobs j
+          CROSS JOIN LATERAL (
+                SELECT e.id, e.added_after, e.removed_after FROM lineage_edges e
+                 WHERE e.job_id = j.job_id OFFSET 0) e
     ),
     lower AS (
         SELECT greatest(
