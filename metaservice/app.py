@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import logging
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
@@ -17,10 +18,14 @@ from metaservice.api.auth import authorize
 from metaservice.api.limits import RequestBodies
 from metaservice.api.openlineage_outbox import RunOutbox
 from metaservice.db.database import Database
+from metaservice.db.replication import AsyncReplication
+from metaservice.db.replication import inspect_async as inspect_replication
 from metaservice.observability import MetricsRefresher
 from metaservice.openlineage.mapping import DatasetMapping
 from metaservice.runtime import Runtime
 from metaservice.settings import Settings
+
+logger = logging.getLogger("metaservice.app")
 
 
 @asynccontextmanager
@@ -28,6 +33,11 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
     settings: Settings = app.state.settings
     database = Database(settings)
     await database.open()
+    try:
+        await _check_replication(database)
+    except BaseException:
+        await database.close()
+        raise
     runtime = Runtime(database)  # the protocol's per-process machinery over the pool (runtime.py)
     app.state.database = database
     app.state.runtime = runtime
@@ -51,6 +61,18 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
     finally:
         await runtime.close()  # waiters answer before the pool goes
         await database.close()
+
+
+async def _check_replication(database: Database) -> None:
+    """Refuse to serve on an asynchronously replicated primary unless allowed (db/replication.py); allowed, warn
+    once (per process)."""
+    async with database.connection() as conn:
+        replication = await inspect_replication(conn)
+    if not replication.asynchronous:
+        return
+    if not database.settings.allow_async_replication:
+        raise AsyncReplication(replication.refusal())
+    logger.warning(replication.warning())
 
 
 def _operation_id(route: APIRoute) -> str:

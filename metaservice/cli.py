@@ -176,6 +176,20 @@ def _check_reachable(url: str) -> None:
         _fail(f"cannot connect to a primary at {shown_url(url)}: {_one_line(exc)}")
 
 
+def _check_replication(url: str, settings: Settings) -> None:
+    """Refuse to serve on an asynchronously replicated primary unless allowed (metaservice/db/replication.py). The
+    app's lifespan checks again in every worker, and warns there when allowed."""
+    import psycopg
+
+    from metaservice.db.replication import inspect
+    from metaservice.settings import primary_conninfo
+
+    with psycopg.connect(primary_conninfo(url), connect_timeout=10, autocommit=True) as conn:
+        replication = inspect(conn)
+    if replication.asynchronous and not settings.allow_async_replication:
+        _fail(replication.refusal())
+
+
 def _stop_embedded(server: Any) -> None:
     """Stop the embedded PostgreSQL this command started (unless another process still uses it)."""
     from metaservice.db import embedded
@@ -238,6 +252,7 @@ def serve(
     try:
         with _user_errors():
             migrations.upgrade(url)
+            _check_replication(url, settings)
         os.environ["METASERVICE_DATABASE_URL"] = url  # workers build their settings from the environment
         os.environ["METASERVICE_AUTH_ENABLED"] = str(settings.auth_enabled).lower()
         if settings.insecure and not settings.auth_enabled:

@@ -114,6 +114,12 @@ class Settings(BaseSettings):
         "probes every second) and tcp_user_timeout on every connection, and the change listener checks its "
         "connection after a third of it without notifications.",
     )
+    allow_async_replication: bool = Field(
+        default=False,
+        description="Serve although the primary replicates asynchronously (a standby streams but none is synchronous, "
+        "or synchronous_commit is off or local): barriers, commits and snapshot reports acknowledged shortly before a "
+        "failover may then be lost. Unset, the server refuses to start on such a setup (docs/failover.md).",
+    )
     statement_timeout_ms: int = Field(default=10_000, ge=0)
     lock_timeout_ms: int = Field(default=5_000, ge=0)
     transaction_deadline_seconds: float | None = Field(

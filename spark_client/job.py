@@ -115,8 +115,10 @@ def plan_sink(
 
     Commits older than the newest restore to the baseline are undone already and do not count. Of the rest,
     commits that change no rows ("other") are ignored; this job's commits for `barrier` are reused; its
-    commits for other barriers are aborted attempts to undo. Anything else (another writer, a restore to
-    another snapshot) raises, since neither undoing nor keeping it is known to be right.
+    commits for other barriers are aborted attempts to undo, and so are its undos back to one of its own
+    commits after the baseline (the baseline an earlier attempt was given was a commit MetaService lost since,
+    with an asynchronous standby's tail at a failover). Anything else (another writer, a restore to another
+    snapshot) raises, since neither undoing nor keeping it is known to be right.
 
     Args:
         records: `Catalog.commits_after(table, baseline)`, newest first.
@@ -138,7 +140,16 @@ def plan_sink(
             break  # the table held exactly the baseline again here
         effective.append(record)
     changing = [r for r in reversed(effective) if r.kind != "other"]
+    own: set[int] = set()  # snapshots after the baseline that hold only the baseline and this job's writes
     for record in changing:
+        if record.kind == "restore" and record.job_id == job_id and record.restored_snapshot_id in own:
+            # This job's undo of an attempt back to an earlier commit of its own after the baseline: its baseline
+            # then was that commit, which MetaService no longer holds (a failover of an asynchronously replicated
+            # database lost the commit with the tail). Restoring the baseline drops it all.
+            own.add(record.snapshot_id)
+            continue
+        if record.job_id == job_id and record.kind != "restore":
+            own.add(record.snapshot_id)
         if record.job_id != job_id or record.kind == "restore":
             what = (
                 f"a restore to {record.restored_snapshot_id}"

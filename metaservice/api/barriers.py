@@ -115,15 +115,22 @@ async def issue_barrier(
 
 
 @router.get("/barriers", responses=problems())
-async def list_barriers(db: DatabaseDep, limit: Limit = 100, before: BeforeBarrier = None) -> BarrierList:
+async def list_barriers(
+    db: DatabaseDep, rt: RuntimeDep, limit: Limit = 100, before: BeforeBarrier = None
+) -> BarrierList:
     """Barriers, newest first."""
-    return await inspection.list_barriers(db, limit=limit, before=before)
+    listed = await inspection.list_barriers(db, limit=limit, before=before)
+    if listed.barriers:  # handed out: never issued again (repositories/allocator.py)
+        rt.allocator.handed(listed.barriers[0].barrier)
+    return listed
 
 
 @router.get("/barriers/{barrier}", responses=problems(404))
-async def get_barrier(barrier: BarrierPath, db: DatabaseDep) -> BarrierDetail:
+async def get_barrier(barrier: BarrierPath, db: DatabaseDep, rt: RuntimeDep) -> BarrierDetail:
     """One barrier with the state of every table at it."""
-    return await inspection.get_barrier(db, barrier=barrier)
+    detail = await inspection.get_barrier(db, barrier=barrier)
+    rt.allocator.handed(detail.barrier)
+    return detail
 
 
 @router.post("/tables/{catalog}/{database}/{table}/snapshots", responses=problems(404, 409))

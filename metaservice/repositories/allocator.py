@@ -14,6 +14,14 @@ per server process, never one of the request pool's, so a pool exhausted by wait
 allocator. Several server processes each run their own allocator; the clock row lock orders them. The call runs
 under the database deadline; a connection lost while a call was in flight answers every request of the batch
 with `OutcomeUnknown` (it may have committed), and the next batch reconnects.
+
+The floor: the allocator remembers the highest barrier this process has handed to any client (the barriers its
+calls answered, and those `next` answers and reads handed out, told through `handed()`) and passes it with every
+call; the function issues no barrier at or below it. After a failover of an asynchronously replicated database that
+lost the tail (barriers acknowledged on the old primary, unknown to the new one), a lost barrier's number is thus
+never issued again with another meaning, whatever the new primary's clock says. It is one more parameter of a call
+that is coalesced anyway: nothing else on the hot path. A process started after the failover remembers nothing
+(then only the clock keeps barriers apart: docs/failover.md).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from psycopg.types.json import Jsonb
+from psycopg.types.numeric import Int8
 
 from metaservice.db.coalescer import Coalescer
 
@@ -33,7 +42,7 @@ if TYPE_CHECKING:
 # An allocation that issued a barrier (sealing root snapshots into new ranges) may make a newer consistent version
 # exist: once the call returned (autocommit: committed), freshness-bounded reads are told through the notifier,
 # off this connection (a NOTIFY in the call would take PostgreSQL's database-wide notify lock at every commit).
-_CALL = "SELECT metaservice_issue_barriers(%s)"
+_CALL = "SELECT metaservice_issue_barriers(%s, %s)"
 
 
 @dataclass(frozen=True)
@@ -100,9 +109,21 @@ class Allocator:
 
     def __init__(self, db: Database, notifier: ChangeNotifier) -> None:
         self._notifier = notifier
+        self._floor = 0  # the highest barrier this process handed to any client
         self._batches: Coalescer[AllocationRequest, Allocation] = Coalescer(
             db, self._call, name="metaservice-allocator", writes=True, after=("barrier_allocated",), what="allocating"
         )
+
+    @property
+    def floor(self) -> int:
+        """The highest barrier this process has handed to any client (0: none): no call issues one at or below it."""
+        return self._floor
+
+    def handed(self, *barriers: int | None) -> None:
+        """`barriers` were (or are about to be) handed to a client: no barrier at or below them is issued again."""
+        for barrier in barriers:
+            if barrier is not None and barrier > self._floor:
+                self._floor = barrier
 
     @property
     def calls(self) -> int:
@@ -121,9 +142,10 @@ class Allocator:
         await self._batches.close()
 
     async def _call(self, conn: Connection, batch: Sequence[AllocationRequest]) -> list[Allocation]:
-        cursor = await conn.execute(_CALL, [Jsonb([r.wire() for r in batch])], prepare=True)
+        cursor = await conn.execute(_CALL, [Jsonb([r.wire() for r in batch]), Int8(self._floor)], prepare=True)
         row = await cursor.fetchone()
         answers = row[0] if row is not None else []
+        self.handed(*(answer.get("barrier") for answer in answers))  # before any caller hears of them
         if any(answer.get("barrier") is not None for answer in answers):
             self._notifier.changed()
         return [Allocation.from_wire(answer) for answer in answers]

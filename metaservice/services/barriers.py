@@ -185,7 +185,9 @@ async def next_barrier(
         if not await _store(rt, unit, g, planner):
             return None
         rt.commit_hints.keep(job_id, commit_hints.after_next(planner, job.id) if isinstance(outcome, Process) else None)
-        return _decision(job_id, outcome, retry_after)
+        decision = _decision(job_id, outcome, retry_after)
+        rt.allocator.handed(decision.barrier, *decision.skipped)  # never issued again (repositories/allocator.py)
+        return decision
 
     return await _retrying(rt.database, step, what=f"job {job_id!r}")
 
@@ -232,7 +234,8 @@ def _planned_commit(
     run = g.run_at
     if run is None or run.first != barrier or run.status == "idle":
         raise NotInFlight(
-            f"barrier {barrier} is not in flight for job {job_id!r}: never handed out, or undone by a rollback",
+            f"barrier {barrier} is not in flight for job {job_id!r}: never handed out (or lost at a failover of an "
+            "asynchronously replicated database), or undone by a rollback",
             job_id=job_id,
             barrier=barrier,
         )
@@ -281,7 +284,8 @@ async def abort_barrier(
         run = g.run_at
         if run is None or run.first != barrier or run.status == "idle":
             raise NotInFlight(
-                f"barrier {barrier} is not in flight for job {job_id!r}: never handed out, or undone by a rollback",
+                f"barrier {barrier} is not in flight for job {job_id!r}: never handed out (or lost at a failover "
+                "of an asynchronously replicated database), or undone by a rollback",
                 job_id=job_id,
                 barrier=barrier,
             )

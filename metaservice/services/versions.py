@@ -51,9 +51,12 @@ async def consistent_versions(
     if bound is not None:
         _check_wait(rt, bound)
         if bound.bounded:
-            return await _fresh_versions(rt, names=names, consistency=consistency, bound=bound)
+            fresh = await _fresh_versions(rt, names=names, consistency=consistency, bound=bound)
+            rt.allocator.handed(fresh.barrier)  # never issued again (repositories/allocator.py)
+            return fresh
     found = await _read_settled(rt, names=names, consistency=consistency)
     if isinstance(found, ConsistentVersions):
+        rt.allocator.handed(found.barrier)
         return found
     raise _none_yet(names, consistency, found)
 
@@ -233,6 +236,7 @@ async def _fresh_versions(
         else f"at most {bound.max_staleness_seconds:g} s stale"
     )
     staleness = now.staleness_seconds
+    rt.allocator.handed(now.versions.barrier)  # the answer names it
     raise NotFreshEnough(
         f"the newest {consistency} version of {names} is barrier {now.versions.barrier}, "
         f"{staleness if staleness is not None else float('nan'):.3f} s stale; asked for {asked} "

@@ -72,3 +72,23 @@ def test_anything_else_is_an_error_naming_the_table_the_commit_and_the_baseline(
     assert f"sink {T!r} holds snapshot 5 ({what}) after snapshot 4" in message
     assert f"Restore {T!r} to 4" in message and f"job {JOB!r}, barrier {B}" in message
     assert (refused.value.table, refused.value.baseline, refused.value.snapshot_id) == (T, 4, 5)
+
+
+def test_this_jobs_undo_to_a_commit_metaservice_lost_is_undone_too() -> None:
+    """An asynchronous standby's failover lost the commit of 600 (snapshot 5): the attempt at 650 had it as its
+    baseline, was refused (the barrier was lost too) and undone back to 5. The baseline is 4 again: all of it goes,
+    whatever barrier is written now, the same number included."""
+    undo = CommitRecord(7, "restore", job_id=JOB, restored_snapshot_id=5)
+    assert plan(write(5, 600), write(6, 650), undo) == SinkPlan(undo=(5, 6, 7))
+    assert plan(write(5, B), write(6, 650), undo) == SinkPlan(undo=(5, 6, 7))
+    again = CommitRecord(9, "restore", job_id=JOB, restored_snapshot_id=7)  # a second failover undid on top
+    assert plan(write(5, 600), write(6, 650), undo, write(8, 680), again) == SinkPlan(undo=(5, 6, 7, 8, 9))
+
+
+def test_an_undo_to_a_snapshot_this_job_did_not_write_after_the_baseline_is_an_error() -> None:
+    before_baseline = CommitRecord(6, "restore", job_id=JOB, restored_snapshot_id=3)
+    with pytest.raises(UnexpectedSinkCommit):
+        plan(write(5, 600), before_baseline)
+    by_another = CommitRecord(6, "restore", job_id="other-job", restored_snapshot_id=5)
+    with pytest.raises(UnexpectedSinkCommit):
+        plan(write(5, 600), by_another)

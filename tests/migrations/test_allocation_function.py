@@ -13,7 +13,7 @@ from alembic.script import ScriptDirectory
 
 from metaservice.db import migrate
 
-FUNCTION = "metaservice_issue_barriers(jsonb)"
+FUNCTION = "metaservice_issue_barriers(jsonb, bigint)"
 HOW_TO_CHANGE = "see the header of metaservice/db/sql/issue_barriers.sql for how to change the function"
 
 

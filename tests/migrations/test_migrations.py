@@ -116,7 +116,7 @@ def test_every_revision_steps_down_and_up_one_at_a_time(fresh_url: str) -> None:
         migrate.upgrade(fresh_url, revision)
         assert current_revision(fresh_url) == revision
         installed[revision] = functions(fresh_url)
-    assert "metaservice_issue_barriers(jsonb)" in installed[chain[-1]]
+    assert "metaservice_issue_barriers(jsonb,bigint)" in installed[chain[-1]]
     for below in [*reversed(chain[:-1]), "base"]:
         migrate.downgrade(fresh_url, "-1")
         now = None if below == "base" else below

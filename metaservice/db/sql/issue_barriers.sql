@@ -10,7 +10,7 @@
 --      this statement, and while the function a migrated database holds differs from it.
 -- Everything from the CREATE line on is the statement; these comment lines above it are not part of the copies.
 
-CREATE OR REPLACE FUNCTION metaservice_issue_barriers(p_requests jsonb) RETURNS jsonb
+CREATE OR REPLACE FUNCTION metaservice_issue_barriers(p_requests jsonb, p_floor bigint DEFAULT 0) RETURNS jsonb
 LANGUAGE plpgsql VOLATILE AS $fn$
 -- Serves a batch of requests (the server coalesces concurrent callers):
 --   {"kind": "barrier" | "seal" | "report", "by": text, "key": text | null, "roots": {"<table>": snapshot},
@@ -32,6 +32,9 @@ LANGUAGE plpgsql VOLATILE AS $fn$
 --            `unless_after` is given and no barrier was issued after it; never within `min_interval` seconds of
 --            the newest barrier (the answer then says how long to wait).
 -- Answers, in request order: {"barrier", "issued_at", "replayed", "sealed", "wait_seconds", "latest", "error"}.
+-- `p_floor`: the highest barrier the calling server process has handed to any client. No barrier at or below it is
+-- issued, whatever this database's clock row and clock say: after a failover that lost the unreplicated tail of an
+-- asynchronous standby, the lost barriers' numbers are never issued again with other meanings.
 #variable_conflict use_column
 DECLARE
     v_req jsonb;
@@ -239,7 +242,8 @@ BEGIN
             END IF;
         END IF;
 
-        v_barrier := greatest(v_last + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
+        v_barrier := greatest(v_last + 1, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint,
+                              coalesce(p_floor, 0) + 1);
         v_at := clock_timestamp();
         INSERT INTO barriers (barrier, issued_at, issued_by, request_key)
         VALUES (v_barrier, v_at, v_req ->> 'by', v_key);
