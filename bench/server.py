@@ -38,6 +38,11 @@ def statements(base_url: str) -> dict[tuple[str, str], float]:
     return _counters(base_url, "metaservice_db_statements", ("method", "route"))  # type: ignore[return-value]
 
 
+def next_answers(base_url: str) -> dict[str, float]:
+    """Answers to `next` by action (process / wait / idle) from the process answering this scrape."""
+    return {k[0]: v for k, v in _counters(base_url, "metaservice_next_answers", ("action",)).items()}
+
+
 def _counters(base_url: str, family_name: str, labels: tuple[str, ...]) -> dict[tuple[str, ...], float]:
     text = httpx.get(f"{base_url}/metrics", timeout=30).text
     counts: dict[tuple[str, ...], float] = {}

@@ -199,6 +199,14 @@ class HttpMetrics:
             ["method", "route"],
             registry=self.registry,
         )
+        self.next_answers = Counter(
+            "metaservice_next_answers",
+            "Answers to the barrier protocol's next, by action (this server process): `idle` and `wait` answers are "
+            "polls that found no work, `process` hands a barrier out (a repeat of an in-flight one included).",
+            ["action"],
+            registry=self.registry,
+        )
+        self._next_children = {action: self.next_answers.labels(action) for action in ("process", "wait", "idle")}
         self.openlineage = OpenLineageCounters(self.registry)
         ProcessCollector(registry=self.registry)
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
@@ -221,6 +229,10 @@ class HttpMetrics:
             body = self.render(figures, read_at, pool=pool)
             self._next_scrape = time.monotonic() + 1 / SCRAPES_PER_SECOND
         return body
+
+    def answered_next(self, action: str) -> None:
+        """Count one answer to `next` (shown from the re-render after the request's own `observe`)."""
+        self._next_children[action].inc()
 
     def observe(self, method: str, route: str, status: int, seconds: float, statements: float = 0.0) -> None:
         if route != "/metrics":  # a scrape's own count may wait for the next re-render (see `render`)

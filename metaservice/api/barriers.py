@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Header, status
+from fastapi import APIRouter, Body, Depends, Header, Request, status
 
 from metaservice.api.auth import PrincipalDep
 from metaservice.api.deps import (
@@ -47,13 +47,14 @@ router = APIRouter(tags=["barriers"])
 @router.post("/jobs/{job_id}/barriers/next", responses=problems(404, 409), dependencies=[Depends(openlineage_parent)])
 async def next_barrier(
     job_id: JobIdPath,
+    request: Request,
     rt: RuntimeDep,
     settings: SettingsDep,
     principal: PrincipalDep,
     body: Annotated[NextBarrierRequest | None, Body()] = None,
 ) -> BarrierDecision:
     """Tell a job which barrier to process now, or that it must wait or is idle. Retried calls get the same answer."""
-    return await barrier_service.next_barrier(
+    decision = await barrier_service.next_barrier(
         rt,
         job_id=job_id,
         root_snapshots=body.root_snapshots if body else {},
@@ -61,6 +62,8 @@ async def next_barrier(
         start=body.start if body else None,
         principal=principal,
     )
+    request.app.state.http_metrics.answered_next(decision.action)
+    return decision
 
 
 @router.post("/jobs/{job_id}/barriers/{barrier}/commit", responses=problems(404, 409))

@@ -75,6 +75,20 @@ def test_metrics_report_delays_lag_durations_counts_latency_and_pool(chain: Driv
     assert after["metaservice_db_pool_in_use"][0].value >= 0
 
 
+def test_answers_to_next_are_counted_by_action(chain: Driver) -> None:
+    """Idle polls show in /metrics: a streaming job's trigger asks `next` whether or not there is work."""
+    before = by_label(scrape_once(chain.api), "metaservice_next_answers_total", "action")
+    barrier = chain.next("j1", {RAW_A: 1})
+    assert barrier["action"] == "process"
+    assert chain.next("j2")["action"] == "wait"  # j1 has not committed the barrier yet
+    chain.commit("j1", barrier["barrier"])
+    assert chain.next("j1")["action"] == "idle"
+    assert chain.next("j1")["action"] == "idle"
+    after = by_label(scrape_once(chain.api), "metaservice_next_answers_total", "action")
+    counted = {action: after.get(action, 0) - before.get(action, 0) for action in ("process", "wait", "idle")}
+    assert counted == {"process": 1, "wait": 1, "idle": 2}
+
+
 def test_unmatched_routes_share_one_label(api: httpx.Client) -> None:
     for n in range(3):
         assert api.get(f"/no/such/path/{n}").status_code == 404
