@@ -45,7 +45,8 @@ async def _refresh(url: str, base_url: str, *, chains: int) -> dict[str, Any]:
     state = MetricState(full_every=10**9)
     root, sink = seed.chain_tables(0, LENGTH)[:2]
     job = "job-c00000-p1"  # reads the root of chain 0, writes its second table (bench/seed.py `chains`)
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+    generic = "-c plan_cache_mode=force_generic_plan"  # as the server's connections (db/database.py)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True, options=generic) as conn:
 
         async def timed(work: Callable[[Connection], Awaitable[object]]) -> float:
             await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")

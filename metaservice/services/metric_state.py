@@ -349,6 +349,8 @@ def _figures(kept: _Kept, now: datetime) -> MetricFigures:
     if kept.job_order is None:
         kept.job_order = sorted(kept.jobs, key=lambda j: kept.jobs[j].name)
     tables = []
+    # Tables of one chain share their origins (one frozenset) and mostly their barrier: one lookup each pair.
+    lags: dict[tuple[int, frozenset[int]], float] = {}
     for table_id in kept.table_order:
         t = kept.tables[table_id]
         barrier, issued_at = _barrier_of(kept, t)
@@ -356,8 +358,11 @@ def _figures(kept: _Kept, now: datetime) -> MetricFigures:
         if barrier is not None:
             lag = 0.0
             if kept.head is not None and barrier < kept.head:
-                oldest = lag_figures.oldest_lacking(barrier, kept.origins.get(table_id, ()), kept.seals)
-                lag = lag_figures.lag_seconds(oldest, now)
+                key = (barrier, kept.origins.get(table_id, frozenset()))
+                lag = lags.get(key)
+                if lag is None:
+                    oldest = lag_figures.oldest_lacking(barrier, key[1], kept.seals)
+                    lag = lags[key] = lag_figures.lag_seconds(oldest, now)
         tables.append(
             TableFigure(
                 t.name,

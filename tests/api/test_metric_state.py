@@ -25,6 +25,8 @@ MART_E = "lake.mart.e"
 # The tables that grow with the catalog (barriers grow with time, one index probe here; the two seeded ones are
 # scanned whole, as any table of two rows is).
 CATALOG = frozenset({"tables", "jobs", "lineage_edges", "snapshot_ranges", "job_runs"})
+# The server's connections plan every statement generically (db/database.py): so does the refresh under test.
+GENERIC = "-c plan_cache_mode=force_generic_plan"
 # What a refresh with nothing changed may read: the probe (one row), no change, no barrier.
 IDLE_ROWS = 1
 
@@ -37,7 +39,7 @@ class Refresher:
         self.state = MetricState(full_every=10**9)  # never read in full for its own sake: every read is checked
 
     async def _read(self) -> tuple[MetricFigures, MetricFigures, dict[str, int]]:
-        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True) as conn:
+        async with await psycopg.AsyncConnection.connect(self.url, autocommit=True, options=GENERIC) as conn:
             await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             incremental = await self.state.refresh(conn)
             scanned = await self._scanned(conn)
