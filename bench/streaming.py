@@ -13,8 +13,8 @@ most).
 
 Overhead: one barrier of N rows (1e6) through a streaming job (metaservice source → Append to Delta, tagged and
 committed), against Spark's own parquet stream source over the same root files → `df.write.parquet` in
-foreachBatch (the same parquet files, the Delta log aside); both availableNow, a fresh sink and checkpoint per repetition, alternating; medians of the query's
-wall time, start to termination (goal: at most 1.15 times).
+foreachBatch (the same parquet files, the Delta log aside); both availableNow, a fresh sink and checkpoint per
+repetition, alternating; medians of the query's wall time, start to termination (goal: at most 1.15 times).
 """
 
 from __future__ import annotations

@@ -6,24 +6,93 @@ a million snapshot ranges), the small one 10 chains (100 tables). The call asks 
 chain, so its lineage component is those 10 tables on both services: only the catalog size differs.
 One connection, closed loop, for a fixed time: p50/p99 of single calls. The full run adds a catalog of 10,000
 chains (100,000 tables, 90,000 jobs) with 10 snapshots per table, against 100 tables with 10 snapshots each.
+
+On the big catalog it also times the /metrics refresh (services/metric_state.py) in this process, on one
+connection, each read in its own REPEATABLE READ transaction as the server's: with nothing changed, and after one
+change made through the server (a root reports a snapshot, a barrier seals it, the root's first job commits it),
+against the whole-catalog read the refresh did before (`delays.metric_figures_in`) and against its own full read.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import statistics
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+import psycopg
 
 from bench import cluster, load, seed
 from bench.context import Context
 from bench.report import Outcome, ms
 from bench.server import serving
+from metaservice.db.database import Connection
 from metaservice.repositories import versions as version_sql
+from metaservice.services.delays import metric_figures_in
+from metaservice.services.metric_state import MetricState
 
 LENGTH = 10
 SNAPSHOTS = 100
 HUGE_SNAPSHOTS = 10  # 100,000 tables times 10: a million snapshot ranges, as the 10,000-table catalog has
+
+
+REFRESH_IDLE, REFRESH_CHANGED, REFRESH_FULL = 20, 5, 3
+
+
+async def _refresh(url: str, base_url: str, *, chains: int) -> dict[str, Any]:
+    """Seconds per /metrics refresh: full reads (before and now), with nothing changed, after one change."""
+    state = MetricState(full_every=10**9)
+    root, sink = seed.chain_tables(0, LENGTH)[:2]
+    job = "job-c00000-p1"  # reads the root of chain 0, writes its second table (bench/seed.py `chains`)
+    generic = "-c plan_cache_mode=force_generic_plan"  # as the server's connections (db/database.py)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True, options=generic) as conn:
+
+        async def timed(work: Callable[[Connection], Awaitable[object]]) -> float:
+            await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            started = time.perf_counter()
+            await work(conn)
+            spent = time.perf_counter() - started
+            await conn.execute("COMMIT")
+            return spent
+
+        before = [await timed(metric_figures_in) for _ in range(REFRESH_FULL)]
+        full, full_rows = [], 0
+        for _ in range(REFRESH_FULL):
+            state.invalidate()
+            full.append(await timed(state.refresh))
+            full_rows = state.rows_read
+        idle = [await timed(state.refresh) for _ in range(REFRESH_IDLE)]
+        idle_rows = state.rows_read
+        changed, changed_rows, actions = [], [], []
+        async with httpx.AsyncClient(base_url=base_url, timeout=30) as http:
+            for i in range(REFRESH_CHANGED):
+                snapshot = SNAPSHOTS + i
+                path = root.replace(".", "/")
+                (await http.post(f"/tables/{path}/snapshots", json={"snapshot_id": snapshot})).raise_for_status()
+                (await http.post("/barriers", json={})).raise_for_status()
+                decision = (await http.post(f"/jobs/{job}/barriers/next", json={"root_snapshots": {}})).json()
+                actions.append(decision["action"])
+                if decision["action"] == "process":
+                    commit = {"snapshots": {sink: snapshot}}
+                    answer = await http.post(f"/jobs/{job}/barriers/{decision['barrier']}/commit", json=commit)
+                    answer.raise_for_status()
+                changed.append(await timed(state.refresh))
+                changed_rows.append(state.rows_read)
+                assert state.full_reason is None, state.full_reason
+    return {
+        "tables": chains * LENGTH,
+        "full_before_s": before,
+        "full_s": full,
+        "full_rows": full_rows,
+        "idle_s": idle,
+        "idle_rows": idle_rows,
+        "changed_s": changed,
+        "changed_rows": changed_rows,
+        "changed_actions": actions,
+    }
 
 
 def _measure(
@@ -48,6 +117,7 @@ def _measure(
             seconds=ctx.seconds,
             meter=meter,
         )
+        refresh = asyncio.run(_refresh(url, server.base_url, chains=chains)) if chains > 10 else None
     # the one statement of a strong answer with no aborted barrier to step back over (names as an array literal)
     plans = {
         "frontier": cluster.explain(
@@ -65,6 +135,7 @@ def _measure(
         "load": result.as_json(),
         "explain": plans,
         "sizes_bytes": sizes,
+        "metrics_refresh": refresh,
     }
 
 
@@ -119,6 +190,32 @@ def run(ctx: Context) -> Outcome:
         )
     outcome.row("requests measured (big / small)", f"{b['requests']:,} / {s['requests']:,}")
     outcome.row("p90 (big / small)", f"{ms(b['p90_ms'])} / {ms(s['p90_ms'])}")
+    refresh = big["metrics_refresh"]
+    before, full = statistics.median(refresh["full_before_s"]), statistics.median(refresh["full_s"])
+    idle, changed = statistics.median(refresh["idle_s"]), statistics.median(refresh["changed_s"])
+    outcome.row(
+        f"/metrics refresh, nothing changed, {big['tables']:,} tables",
+        ms(idle * 1000),
+        f"whole-catalog read {ms(before * 1000)}",
+        idle / before,
+    )
+    outcome.row(
+        f"/metrics refresh after one change, {big['tables']:,} tables",
+        ms(changed * 1000),
+        f"whole-catalog read {ms(before * 1000)}",
+        changed / before,
+    )
+    outcome.row("/metrics refresh, its own full read", ms(full * 1000), f"whole-catalog read {ms(before * 1000)}")
+    outcome.row(
+        "/metrics refresh rows returned (nothing changed / one change / full)",
+        f"{refresh['idle_rows']} / {max(refresh['changed_rows'])} / {refresh['full_rows']:,}",
+    )
+    outcome.notes.append(
+        "/metrics refresh: medians of "
+        f"{REFRESH_IDLE} refreshes with nothing changed, {REFRESH_CHANGED} after one change each (a root report, a "
+        f"barrier, a commit: next answered {refresh['changed_actions']}), {REFRESH_FULL} full reads of each kind;"
+        " in the bench process, one connection, the server idle."
+    )
     outcome.notes.append(
         f"CPU cores used while measuring: big {b['cpu_cores']}, small {s['cpu_cores']} "
         "('others': processes outside the benchmark)."

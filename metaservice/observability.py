@@ -278,18 +278,31 @@ class HttpMetrics:
 
 class MetricsRefresher:
     """Reads the database figures of /metrics every `interval` seconds in the background, so a scrape costs no
-    query: a flood of scrapes cannot slow the protocol down. The figures are the same from every process."""
+    query: a flood of scrapes cannot slow the protocol down. The figures are the same from every process.
+
+    Each process keeps what it read and asks only for what changed since (services/metric_state.py), so a refresh
+    costs in proportion to the changes, not to the catalog; now and then, and after a failed refresh (the database
+    away), it reads everything again. Processes share nothing: each keeps its own."""
 
     def __init__(self, db: Database, *, interval: float) -> None:
+        from metaservice.services.metric_state import MetricState
+
         self._db, self._interval = db, interval
+        self.state = MetricState()
         self.figures: MetricFigures | None = None
         self.read_at: float | None = None  # Unix time of the read
 
     async def refresh(self) -> None:
-        from metaservice.services.delays import metric_figures
+        from metaservice.db.transaction import in_transaction
 
         started = time.time()
-        self.figures = await metric_figures(self._db)
+        try:
+            self.figures = await in_transaction(
+                self._db, self.state.refresh, isolation="REPEATABLE READ", read_only=True
+            )
+        except BaseException:
+            self.state.invalidate()  # an outage may have cut the read short: read everything next time
+            raise
         self.read_at = started
 
     @asynccontextmanager

@@ -9,7 +9,11 @@ Invariants (also in docs/design.md):
   (`last_barrier` NULL = open: holds through the newest barrier, used for root tables); `snapshot_id` NULL marks
   barriers the table will never complete (aborted or skipped). Ranges of one table never overlap (exclusion
   constraint), so "the snapshot of table X at barrier B" is one index lookup;
-- `job_runs` hold the per-job barrier history; at most one run per job is in flight (partial unique index).
+- `job_runs` hold the per-job barrier history; at most one run per job is in flight (partial unique index);
+- `changed_xid` (tables, jobs, lineage_edges, snapshot_ranges, job_runs) is the transaction that last wrote what
+  `/metrics` shows of the row, set by a trigger (migration 2026-11-27-1730) so that no write path can forget it;
+  deletions of ranges and runs, and TRUNCATEs, are noted in `metric_removals`. The /metrics refresh reads only the
+  rows whose marker its previous snapshot could not see (services/metric_state.py).
 """
 
 from __future__ import annotations
@@ -95,6 +99,7 @@ class Table(Base):
         Index("uq_tables_name_folded", text("lower(name)"), unique=True),
         Index("ix_tables_seal_candidate", "id", postgresql_where=text("seal_candidate")),
         Index("ix_tables_root_group", "root_group", postgresql_where=text("root_group IS NOT NULL")),
+        Index("ix_tables_changed_xid", "changed_xid", postgresql_where=text("changed_xid IS NOT NULL")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -115,6 +120,8 @@ class Table(Base):
     # The root group the table belongs to: roots one ingestion writes together, sealed only together (a job's
     # report of such a root records nothing; the ingestion reports the group).
     root_group: Mapped[str | None] = mapped_column(Text)
+    # The transaction that last changed what /metrics shows of the row (trigger; services/metric_state.py).
+    changed_xid: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Job(Base):
@@ -125,7 +132,10 @@ class Job(Base):
     """
 
     __tablename__ = "jobs"
-    __table_args__ = (CheckConstraint("version >= 0", name="version_non_negative"),)
+    __table_args__ = (
+        CheckConstraint("version >= 0", name="version_non_negative"),
+        Index("ix_jobs_changed_xid", "changed_xid", postgresql_where=text("changed_xid IS NOT NULL")),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
     name: Mapped[str] = mapped_column(Text, unique=True)
@@ -135,6 +145,8 @@ class Job(Base):
     registered_at: Mapped[datetime] = mapped_column(server_default=func.now())
     unregistered_at: Mapped[datetime | None]
     last_seen_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    # The transaction that last changed what /metrics shows of the row (trigger; services/metric_state.py).
+    changed_xid: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Edge(Base):
@@ -169,6 +181,7 @@ class Edge(Base):
         Index("ix_lineage_edges_removed_after", "removed_after"),
         Index("ix_lineage_edges_created_at", "created_at"),
         Index("ix_lineage_edges_removed_at", "removed_at", postgresql_where=text("removed_at IS NOT NULL")),
+        Index("ix_lineage_edges_changed_xid", "changed_xid", postgresql_where=text("changed_xid IS NOT NULL")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -179,6 +192,8 @@ class Edge(Base):
     added_after: Mapped[int] = mapped_column(BigInteger)
     removed_after: Mapped[int | None] = mapped_column(BigInteger)
     removed_at: Mapped[datetime | None]
+    # The transaction that last changed what /metrics shows of the row (trigger; services/metric_state.py).
+    changed_xid: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class SnapshotRange(Base):
@@ -194,6 +209,7 @@ class SnapshotRange(Base):
         Index("ix_snapshot_ranges_table_snapshot", "table_id", "snapshot_id", "first_barrier"),
         # the open range of a table (at most one: the exclusion constraint), which every seal looks up
         Index("ix_snapshot_ranges_open", "table_id", postgresql_where=text("last_barrier IS NULL")),
+        Index("ix_snapshot_ranges_changed_xid", "changed_xid", postgresql_where=text("changed_xid IS NOT NULL")),
         ExcludeConstraint(
             (text("table_id"), "="),
             (text("int8range(first_barrier, last_barrier, '[]')"), "&&"),
@@ -213,6 +229,8 @@ class SnapshotRange(Base):
     job_id: Mapped[int | None] = mapped_column(BigInteger, ForeignKey("jobs.id"))
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+    # The transaction that last changed what /metrics shows of the row (trigger; services/metric_state.py).
+    changed_xid: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class JobRun(Base):
@@ -225,6 +243,7 @@ class JobRun(Base):
         Index("uq_job_runs_job_first", "job_id", "first_barrier", unique=True),
         Index("ix_job_runs_job_barrier", "job_id", "barrier"),
         Index("uq_job_runs_one_in_flight", "job_id", unique=True, postgresql_where=text("status = 'in_flight'")),
+        Index("ix_job_runs_changed_xid", "changed_xid", postgresql_where=text("changed_xid IS NOT NULL")),
     )
 
     id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
@@ -238,6 +257,8 @@ class JobRun(Base):
     inputs_ready_at: Mapped[datetime | None]
     started_at: Mapped[datetime] = mapped_column(server_default=func.now())
     finished_at: Mapped[datetime | None]
+    # The transaction that last changed what /metrics shows of the row (trigger; services/metric_state.py).
+    changed_xid: Mapped[int | None] = mapped_column(BigInteger)
 
 
 class Lease(Base):
@@ -326,3 +347,17 @@ class ApiToken(Base):
     table_patterns: Mapped[list[str]] = mapped_column(ARRAY(Text), server_default=text("'{}'::text[]"))
     created_at: Mapped[datetime] = mapped_column(server_default=func.now())
     revoked_at: Mapped[datetime | None]
+
+
+class MetricRemoval(Base):
+    """Ranges and runs deleted (a completed rollback) leave no row to carry a `changed_xid`: a statement trigger
+    notes their table or job here, so the /metrics refresh reads them again; a TRUNCATE of a catalog table notes a
+    row with neither (the refresh reads everything again)."""
+
+    __tablename__ = "metric_removals"
+    __table_args__ = (Index("ix_metric_removals_changed_xid", "changed_xid"),)
+
+    id: Mapped[int] = mapped_column(BigInteger, Identity(), primary_key=True)
+    changed_xid: Mapped[int] = mapped_column(BigInteger)
+    table_id: Mapped[int | None] = mapped_column(BigInteger)
+    job_id: Mapped[int | None] = mapped_column(BigInteger)

@@ -162,7 +162,7 @@ class TableFigure:
 
 @dataclass(frozen=True)
 class MetricFigures:
-    """Everything `/metrics` reports from the database: the same answer from every server process."""
+    """Everything `/metrics` reports from the database: the same answer from every server process (lists by name)."""
 
     tables: list[TableFigure]
     jobs: list[JobFigures]
@@ -172,30 +172,33 @@ class MetricFigures:
 
 async def metric_figures(db: Database) -> MetricFigures:
     """Per-table delay, per-job lag and last run timings, barrier and commit/abort counts (one read snapshot). A
-    background read: it completes nothing idle (rule 12), so its delays count what was stored."""
+    background read: it completes nothing idle (rule 12), so its delays count what was stored. Reads the whole
+    catalog: the server's refresh reads only what changed since its previous read (services/metric_state.py), and
+    this is what its figures must equal."""
+    return await in_transaction(db, metric_figures_in, isolation="REPEATABLE READ", read_only=True)
 
-    async def work(s: Connection) -> MetricFigures:
-        states = await lineage_rows.table_states(s)
-        now = await lineage_rows.db_now(s)
-        lags = await lag_figures.lags(s, [(t.id, t.barrier) for t in states], now=now, every_table=True)
-        tables = [
-            TableFigure(
-                t.name,
-                _kind(t),
-                t.barrier,
-                None if t.issued_at is None else _seconds(now, t.issued_at),
-                lags.get(t.id),
-            )
-            for t in states
-        ]
-        return MetricFigures(
-            tables=tables,
-            jobs=await lineage_rows.job_figures(s),
-            runs=await lineage_rows.run_counts(s),
-            barriers_issued=await lineage_rows.barrier_count(s),
+
+async def metric_figures_in(s: Connection) -> MetricFigures:
+    """`metric_figures` in the caller's transaction. Tables and jobs are listed by name (code point order)."""
+    states = await lineage_rows.table_states(s)
+    now = await lineage_rows.db_now(s)
+    lags = await lag_figures.lags(s, [(t.id, t.barrier) for t in states], now=now, every_table=True)
+    tables = [
+        TableFigure(
+            t.name,
+            _kind(t),
+            t.barrier,
+            None if t.issued_at is None else _seconds(now, t.issued_at),
+            lags.get(t.id),
         )
-
-    return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
+        for t in states
+    ]
+    return MetricFigures(
+        tables=sorted(tables, key=lambda t: t.name),
+        jobs=sorted(await lineage_rows.job_figures(s), key=lambda j: j.name),
+        runs=sorted(await lineage_rows.run_counts(s), key=lambda r: r[0]),
+        barriers_issued=await lineage_rows.barrier_count(s),
+    )
 
 
 def delay_of(state: TableState, now: datetime) -> float | None:

@@ -18,7 +18,7 @@ snapshots after the oldest b among them.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 
 from metaservice.db.database import Connection
@@ -52,16 +52,37 @@ async def lags(
     for listed in seals.values():
         listed.sort()
     for table_id, barrier in behind:
-        oldest: datetime | None = None
-        for origin in origins[table_id]:
-            found = seals.get(origin)
-            if not found:
-                continue
-            i = bisect.bisect_right(found, (barrier, _LATEST))
-            if i < len(found) and (oldest is None or found[i][1] < oldest):
-                oldest = found[i][1]
-        out[table_id] = 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
+        out[table_id] = lag_seconds(oldest_lacking(barrier, origins[table_id], seals), now)
     return out
+
+
+def oldest_lacking(
+    barrier: int, origins: Iterable[int], seals: Mapping[int, Sequence[tuple[int, datetime]]]
+) -> datetime | None:
+    """When the oldest origin data a table that completed `barrier` lacks arrived (None: it lacks none), from each
+    origin's new snapshots (`seals`: (barrier, issue time), oldest first; those up to `barrier` may be left out)."""
+    oldest: datetime | None = None
+    for origin in origins:
+        found = seals.get(origin)
+        if not found:
+            continue
+        i = bisect.bisect_right(found, (barrier, _LATEST))
+        if i < len(found) and (oldest is None or found[i][1] < oldest):
+            oldest = found[i][1]
+    return oldest
+
+
+def lag_seconds(oldest: datetime | None, now: datetime) -> float:
+    """The lag of a table behind the newest barrier whose oldest lacking data arrived at `oldest`."""
+    return 0.0 if oldest is None else max(0.0, (now - oldest).total_seconds())
+
+
+def origins_of(
+    writer: dict[int, bool], sources: dict[int, list[int]], asked: Sequence[int]
+) -> dict[int, frozenset[int]]:
+    """The data origins upstream of each table of `asked` (see `_origins`; the /metrics refresh derives them from
+    the lineage it keeps, services/metric_state.py)."""
+    return _origins(writer, sources, asked)
 
 
 _LATEST = datetime.max.replace(tzinfo=UTC)
