@@ -4,14 +4,14 @@ barrier at or below it is issued.
 With asynchronous replication a failover loses the unreplicated tail: barriers acknowledged on the old primary are
 gone from the new one, whose clock row is behind them. Barriers were `greatest(last + 1, database clock in
 microseconds)`, so that the lost numbers were not issued again rested on the new primary's clock being ahead of the
-old one's; a lost number issued again means other seals and inputs than those clients were told (issue 32, item 6).
+old one's; a lost number issued again means other seals and inputs than those clients were told.
 Each server process now remembers the highest barrier it handed out (allocations, `next` answers, reads) and passes
 it as `p_floor`: barriers are `greatest(last + 1, clock, p_floor + 1)`. The signature changes, so the old function
 is dropped first (a second overload would make one-argument calls ambiguous).
 
 Revision ID: 5c3e9a1f7b24
 Revises: 8e1f4c2a7d35
-Create Date: 2026-11-28 09:00:00
+Create Date: 2026-11-27 17:00:00
 """
 
 # ruff: noqa: E501  (the function's SQL lines are quoted as they stand in it)
