@@ -11,10 +11,13 @@ divided by the micro-batches the three jobs ran (goal ≤ 2). A trigger that fin
 its `next` (answered wait or idle) is a poll, reported apart per job and second (one per trigger interval at
 most).
 
-Overhead: one barrier of N rows (1e6) through a streaming job (metaservice source → Append to Delta, tagged and
-committed), against Spark's own parquet stream source over the same root files → `df.write.parquet` in
-foreachBatch (the same parquet files, the Delta log aside); both availableNow, a fresh sink and checkpoint per
-repetition, alternating; medians of the query's wall time, start to termination (goal: at most 1.15 times).
+Overhead: three barriers of N rows (1e6) each through a streaming job (metaservice source → Append to Delta,
+tagged and committed; one micro-batch per barrier), against Spark's own parquet stream source over the same files
+→ `df.write.parquet` in foreachBatch (`maxFilesPerTrigger` one barrier's files, so one micro-batch per barrier too);
+both availableNow, a fresh table, sink and checkpoint per repetition, alternating. The goal (at most 1.15 times)
+is on the median micro-batch (Spark's own `triggerExecution`: offsets, reading, writing, committing): what each
+barrier costs a running streaming job. The query's wall time, start to stop, is reported apart: starting a
+query (its Python source worker included) is paid once per start, not per barrier.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from bench.server import next_answers, served, serving
 from bench.spark_overhead import spark_session
 
 FRESH_P50, FRESH_P99, CALLS, OVERHEAD = 5.0, 10.0, 2.0, 1.15
+BARRIERS = 3  # per overhead repetition
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -47,6 +51,7 @@ def run(ctx: Context) -> Outcome:
     from spark_client import DeltaCatalog, MetaServiceClient, NoConsistentVersion
     from spark_client.modes import Append
     from spark_client.streaming import StreamingJob
+    from spark_client.streaming._catalogs import snapshot_files
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     samples = ctx.pick(30, 6)
@@ -164,30 +169,36 @@ def run(ctx: Context) -> Outcome:
             baseline=f"{polls} polls, 3 jobs, {chain_seconds:.0f} s, trigger every 1 s",
         )
 
-        # -- overhead: one barrier of `rows` rows ------------------------------------------------------------------
-        big = "bench.raw.big"
-        catalog.append(spark, spark.range(rows).selectExpr("id", "id % 97 AS k", "id * 1.5 AS v"), big)
-        ours: list[float] = []
-        plain: list[float] = []
-        schema = catalog.read_at(spark, big, 0).schema
-        for r in range(repetitions + 1):  # the first of each is a warm-up
+        # -- overhead: barriers of `rows` rows -------------------------------------------------------------------
+        ours, plain, ours_query, plain_query = [], [], [], []
+        for r in range(repetitions + 1):  # the first is a warm-up
+            big, sink, out = f"bench.raw.big{r}", f"bench.mart.big{r}", str(lake / "plain" / str(r))
             job = StreamingJob(
                 spark,
                 client,
                 catalog,
                 job_id=f"big{r}",
                 sources=[big],
-                sinks=[f"bench.mart.big{r}"],
+                sinks=[sink],
                 checkpoint=lake / "checkpoints" / f"big{r}",
                 start="earliest",
             )
-            job.register()
+            files_per_barrier, files = set(), 0
+            for n in range(BARRIERS):  # each batch of rows sealed by its own barrier
+                snapshot = catalog.append(
+                    spark, spark.range(n * rows, (n + 1) * rows).selectExpr("id", "id % 97 AS k", "id * 1.5 AS v"), big
+                )
+                if n == 0:
+                    job.register()  # its source exists now
+                client.issue_barrier({big: snapshot})
+                total = len(snapshot_files(catalog, big, snapshot))
+                files_per_barrier.add(total - files)
+                files = total
             t0 = time.monotonic()
             query = job.start(job.read(big), mode=Append(), trigger={"availableNow": True})
             query.awaitTermination()
-            if r:
-                ours.append(time.monotonic() - t0)
-            out = str(lake / "plain" / str(r))
+            whole = time.monotonic() - t0
+            batch_ms = [p["durationMs"]["triggerExecution"] for p in query.recentProgress if p["numInputRows"]]
 
             def write(df: Any, batch_id: int, out: str = out) -> None:
                 del batch_id
@@ -195,7 +206,8 @@ def run(ctx: Context) -> Outcome:
 
             t0 = time.monotonic()
             query = (
-                spark.readStream.schema(schema)
+                spark.readStream.schema(catalog.read_at(spark, big, 0).schema)
+                .option("maxFilesPerTrigger", max(files_per_barrier))  # one barrier's files per micro-batch
                 .parquet(f"{catalog.location(big)}/data/*/*.parquet")  # the Delta table's files, its log aside
                 .writeStream.foreachBatch(write)
                 .option("checkpointLocation", str(lake / "checkpoints" / f"plain{r}"))
@@ -203,25 +215,44 @@ def run(ctx: Context) -> Outcome:
                 .start()
             )
             query.awaitTermination()
-            if r:
-                plain.append(time.monotonic() - t0)
-            # both measured runs must have moved the whole barrier, or the ratio compares nothing
-            sink = f"bench.mart.big{r}"
+            plain_whole = time.monotonic() - t0
+            plain_ms = [p["durationMs"]["triggerExecution"] for p in query.recentProgress if p["numInputRows"]]
+            # both must have moved every row, one barrier per micro-batch, or the ratio compares nothing
             latest = catalog.latest_snapshot(sink)
-            written = {"ours": catalog.read_at(spark, sink, latest).count() if latest is not None else 0, "plain": 0}
-            if os.path.isdir(out):
-                written["plain"] = spark.read.parquet(out).count()
-            if written != {"ours": rows, "plain": rows}:
-                raise RuntimeError(f"repetition {r}: rows written {written}, expected {rows} each")
+            written = {
+                "ours": catalog.read_at(spark, sink, latest).count() if latest is not None else 0,
+                "plain": spark.read.parquet(out).count() if os.path.isdir(out) else 0,
+                "ours_batches": len(batch_ms),
+                "plain_batches": len(plain_ms),
+            }
+            expected = {"ours": BARRIERS * rows, "plain": BARRIERS * rows, "ours_batches": BARRIERS}
+            expected["plain_batches"] = BARRIERS
+            if written != expected:
+                raise RuntimeError(f"repetition {r}: {written}, expected {expected}")
+            if r:
+                ours += [ms / 1000 for ms in batch_ms]
+                plain += [ms / 1000 for ms in plain_ms]
+                ours_query.append(whole)
+                plain_query.append(plain_whole)
         ratio = statistics.median(ours) / statistics.median(plain)
-        figures["overhead"] = {"streaming_job_seconds": ours, "plain_parquet_seconds": plain, "ratio": ratio}
+        query_ratio = statistics.median(ours_query) / statistics.median(plain_query)
+        figures["overhead"] = {
+            "micro_batch_seconds": {"ours": ours, "plain": plain, "ratio": ratio},
+            "query_seconds": {"ours": ours_query, "plain": plain_query, "ratio": query_ratio},
+        }
         outcome.row(
-            f"streaming job, 1 barrier of {rows:,} rows (availableNow)",
+            f"streaming job, a micro-batch of one barrier of {rows:,} rows",
             f"{statistics.median(ours):.2f} s",
             baseline=f"{statistics.median(plain):.2f} s plain parquet foreachBatch",
             ratio=ratio,
             goal="≤ 1.15x",
             passed=ratio <= OVERHEAD,
+        )
+        outcome.row(
+            f"streaming job, a query started for {BARRIERS} such barriers (availableNow, start to stop)",
+            f"{statistics.median(ours_query):.2f} s",
+            baseline=f"{statistics.median(plain_query):.2f} s plain parquet foreachBatch",
+            ratio=query_ratio,
         )
     outcome.figures = figures
     return outcome
