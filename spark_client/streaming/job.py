@@ -245,6 +245,7 @@ class StreamingJob:
             .option("roots", json.dumps(self._roots or []))
             .option("start", str(self.start_at))
             .option("on_rewrite", on_rewrite)
+            .option("parallelism", str(_parallelism(self.spark)))
             .option("openlineage_parent", self.openlineage_parent or "")
             .load()
         )
@@ -485,3 +486,13 @@ class StreamingJob:
 
     def _undo_tags(self, barrier: int) -> dict[str, str]:
         return {"metaservice.job_id": self.job_id, UNDO_KEY: str(barrier)}
+
+
+def _parallelism(spark: SparkSession) -> int:
+    """The cores the session runs tasks on (its default parallelism), or 2 when it does not say (Spark Connect
+    has no SparkContext)."""
+    try:
+        return max(1, int(spark.sparkContext.defaultParallelism))
+    except (NotImplementedError, AttributeError):  # Spark Connect: no SparkContext; the conf may name it
+        value = spark.conf.get("spark.default.parallelism", None)
+        return max(1, int(value)) if value and str(value).isdigit() else _source.PARALLELISM

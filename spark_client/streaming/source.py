@@ -47,6 +47,7 @@ NAME = "metaservice"
 ON_REWRITE = ("fail", "full", "abort")
 REQUIRED = ("job_id", "table", "url", "catalog")
 FILES_PER_PARTITION = 8
+PARALLELISM = 2  # read tasks a micro-batch spreads its files over at least, when the session does not say
 
 
 class FilesPartition(InputPartition):
@@ -101,6 +102,7 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.on_rewrite not in ON_REWRITE:
             raise ValueError(f"on_rewrite must be one of {list(ON_REWRITE)}, got {self.on_rewrite!r}")
         self.files_per_partition = int(options.get("files_per_partition") or FILES_PER_PARTITION)
+        self.parallelism = int(options.get("parallelism") or PARALLELISM)
         self.openlineage_parent = options.get("openlineage_parent") or None
         self.schema = schema
         self._frozen_roots: dict[str, int] | None = None  # availableNow: the root snapshots at its start
@@ -153,9 +155,8 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         offset = BarrierOffset.from_json(end)
         if offset.barrier == 0 or offset.barrier == BarrierOffset.from_json(start).barrier:
             return []
-        files = self._files(offset)
-        step = self.files_per_partition
-        return [FilesPartition(files[i : i + step]) for i in range(0, len(files), step)]
+        groups = spread(self._files(offset), self.parallelism, self.files_per_partition)
+        return [FilesPartition(group) for group in groups]
 
     def _files(self, offset: BarrierOffset) -> list[str]:
         span = offset.inputs[self.table]
@@ -212,6 +213,21 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if latest is not None:
                 snapshots[table] = latest
         return snapshots
+
+
+def spread(files: Sequence[str], parallelism: int, most: int) -> list[list[str]]:
+    """`files` in contiguous groups, one per read task: at least `parallelism` groups (when there are as many
+    files), so that a barrier of a few big files is read by every core and not by one, and at most `most` files
+    in a group.
+
+    Example:
+        assert spread(["a", "b", "c"], 2, 8) == [["a", "b"], ["c"]]
+    """
+    if not files:
+        return []
+    groups = max(min(len(files), parallelism), -(-len(files) // max(1, most)))
+    size = -(-len(files) // groups)
+    return [list(files[i : i + size]) for i in range(0, len(files), size)]
 
 
 def register_stream_source(spark: SparkSession) -> None:
