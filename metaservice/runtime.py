@@ -17,6 +17,7 @@ from metaservice.repositories import protocol
 from metaservice.repositories import tokens as token_rows
 from metaservice.repositories.allocator import Allocator
 from metaservice.services.commit_hints import CommitHints
+from metaservice.services.single_flight import SingleFlight
 from metaservice.settings import Settings
 
 
@@ -45,6 +46,8 @@ class Runtime:
         # Freshness-bounded reads wait on it; re-checks after a wake-up take at most a quarter of the pool.
         self.listener = ChangeListener(database, max_rechecks=max(1, database.settings.pool_size // 4))
         self.commit_hints = CommitHints()  # what each `next` that handed out a barrier leaves for its commit
+        # Reads that settle the same idle writer at once share one settle (services/single_flight.py).
+        self.settles: SingleFlight[str, bool] = SingleFlight()
 
     @property
     def settings(self) -> Settings:

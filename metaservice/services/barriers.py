@@ -311,6 +311,9 @@ async def settle_idle(rt: Runtime, *, job_names: Sequence[str]) -> int:
     step is left as it is: its own `next` is under way). Returns how many jobs got barriers completed."""
 
     async def one(name: str) -> bool:
+        return await rt.settles.run(name, lambda: settle(name))
+
+    async def settle(name: str) -> bool:
         async def step(unit: Unit) -> bool | None:
             g = await rt.gathers.submit(GatherRequest(name))
             if g.job_id is None:

@@ -69,6 +69,7 @@ class _Read:
     versions: ConsistentVersions | None
     idle_writers: list[str]
     holding: list[dict[str, str | None]]
+    head: int | None = None  # the newest barrier when it was read
 
 
 async def _read_settled(
@@ -82,7 +83,13 @@ async def _read_settled(
         return await _newest(conn, names=names, consistency=consistency)
 
     read = await in_transaction(rt.database, work, isolation="REPEATABLE READ", read_only=True)
+    # The read settles up to the newest barrier it saw first, and does not chase barriers issued since: under a
+    # stream of barriers every re-read finds a newer one, and reads then kept settling and re-reading, contending
+    # with the writers' own `next` for their rows.
+    target = read.head
     for _ in range(SETTLE_ROUNDS):  # each round settled someone: a writer settled first unblocks one downstream
+        if read.versions is not None and target is not None and read.versions.barrier >= target:
+            break
         if not (read.idle_writers and await barriers.settle_idle(rt, job_names=read.idle_writers)):
             break
         read = await in_transaction(rt.database, work, isolation="REPEATABLE READ", read_only=True)
@@ -126,7 +133,7 @@ async def _newest(conn: Connection, *, names: list[str], consistency: Consistenc
         idle = await version_rows.idle_writers(conn, table_ids=ids, head=first.bound, limit=MAX_IDLE_WRITERS)
     if found is None:
         holding = await version_rows.holding(conn, table_ids=[t.table_id for t in first.tables])
-        return _Read(None, idle, holding)
+        return _Read(None, idle, holding, first.bound)
     barrier, frontier = found
     snapshots = {t.name: t.snapshot_id for t in frontier.tables if t.name is not None}
     versions = ConsistentVersions(
@@ -134,7 +141,7 @@ async def _newest(conn: Connection, *, names: list[str], consistency: Consistenc
         barrier=barrier,
         versions={n: s for n in names if (s := snapshots.get(n)) is not None},
     )
-    return _Read(versions, idle, [])
+    return _Read(versions, idle, [], first.bound)
 
 
 @dataclass(frozen=True)
