@@ -10,6 +10,7 @@ PYTHONPATH (they are not under test).
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import sysconfig
@@ -77,8 +78,16 @@ print(json.dumps({
 @pytest.fixture(scope="module", name="wheel")
 def fx_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
+    # Built from a copy of what the distribution holds: setuptools builds in the source tree (build/, *.egg-info),
+    # and another test's editable install of the checkout (tests/test_integrations.py) running at the same time
+    # left this wheel without spark_client once.
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "setup.py", "README.md"):
+        shutil.copy2(REPO / name, source / name)
+    for name in ("metaservice", "spark_client", "migrations"):
+        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(REPO)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(source)],
         check=True,
         timeout=300,
     )
