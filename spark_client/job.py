@@ -13,6 +13,7 @@ from urllib.parse import quote
 
 from spark_client import _failpoints
 from spark_client._http import MetaServiceClient, StartAt, check_openlineage_parent, check_start
+from spark_client.catalog._writes import DuplicateKeys
 from spark_client.catalog.base import Catalog, CommitRecord
 from spark_client.errors import (
     AlreadyCommitted,
@@ -27,7 +28,7 @@ from spark_client.errors import (
 )
 from spark_client.inputs import Inputs
 from spark_client.models import BarrierDecision
-from spark_client.modes import Merge, ModeSpec, Overwrite, WriteMode, resolve
+from spark_client.modes import ModeSpec, Overwrite, WriteMode, resolve
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -37,7 +38,6 @@ logger = logging.getLogger("spark_client.job")
 Transform = Callable[[Inputs], Mapping[str, "DataFrame"]]
 _JOB_ID = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,199}")
 UNDO_KEY = "metaservice.undoes_barrier"  # metadata of a restore that undoes an aborted attempt
-DUPLICATE_SAMPLE = 5  # duplicate Merge keys named in the error
 
 
 class _AbortedMeanwhile(Exception):
@@ -475,12 +475,15 @@ class EtlJob:
                 )
         for sink in pending:
             mode = modes[sink]
-            if isinstance(mode, Merge):
-                self._check_unique_keys(frames[sink], sink, mode, barrier)
             self._check_in_flight(barrier, before=sink)  # work the server gave up is not done
-            written[sink] = self.catalog.write(
-                self.spark, frames[sink], sink, mode=mode, app_id=self.job_id, barrier=barrier
-            )
+            try:
+                written[sink] = self.catalog.write(
+                    self.spark, frames[sink], sink, mode=mode, app_id=self.job_id, barrier=barrier
+                )
+            except DuplicateKeys as exc:  # the write groups the data by key once; nothing was written
+                raise DuplicateMergeKeys(
+                    job_id=self.job_id, table=sink, barrier=barrier, keys=list(exc.keys), sample=exc.sample
+                ) from exc
         return reused
 
     def _check_in_flight(self, barrier: int, *, before: str) -> None:
@@ -495,22 +498,6 @@ class EtlJob:
                 if run.get("barrier") == barrier and run.get("status") == "aborted" and run.get("reason"):
                     why = f": {run['reason']}"
         raise _AbortedMeanwhile(f"barrier {barrier} was aborted on the server before sink {before!r} was written{why}")
-
-    def _check_unique_keys(self, frame: DataFrame, sink: str, mode: Merge, barrier: int) -> None:
-        """A Merge needs each key once in the data: raise `DuplicateMergeKeys` (a permanent failure) otherwise."""
-        from pyspark.sql import functions as F
-
-        keys = list(mode.keys)
-        rows = (
-            frame.groupBy(*[F.col(f"`{k}`") for k in keys])
-            .count()
-            .filter(F.col("count") > 1)
-            .limit(DUPLICATE_SAMPLE)
-            .collect()
-        )
-        if rows:
-            sample = [{k: row[k] for k in keys} | {"rows": row["count"]} for row in rows]
-            raise DuplicateMergeKeys(job_id=self.job_id, table=sink, barrier=barrier, keys=keys, sample=sample)
 
     def _prepare_sink(self, decision: BarrierDecision, sink: str, undone: list[str]) -> int | None:
         """Make `sink` agree with its baseline (rule 11); the snapshot to reuse, or None to write."""

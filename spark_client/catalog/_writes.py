@@ -175,6 +175,19 @@ def resolve_schema(
     return StructType([*current.fields, *added]), added
 
 
+DUPLICATE_SAMPLE = 5  # duplicate Merge keys a DuplicateKeys error carries
+
+
+class DuplicateKeys(ValueError):
+    """A `Merge` whose data holds a key more than once (a `ValueError`, as `Catalog.write` promises). It carries the
+    keys and up to `DUPLICATE_SAMPLE` of the duplicates with their row counts, so that a job turns it into its own
+    `DuplicateMergeKeys` without grouping the data a second time."""
+
+    def __init__(self, message: str, *, table: str, keys: tuple[str, ...], sample: list[dict[str, object]]) -> None:
+        super().__init__(message)
+        self.table, self.keys, self.sample = table, keys, sample
+
+
 @dataclass(frozen=True)
 class Rewrite:
     """A mode planned against one snapshot: the files it removes and the rows it writes as new files.
@@ -233,12 +246,16 @@ def plan_rewrite(
         return Rewrite(tuple(affected.values()), kept.unionByName(rows))
     assert isinstance(mode, Merge)
     columns = list(mode.keys)
-    duplicate = df.groupBy(*columns).count().filter(F.col("count") > 1).limit(1).collect()
+    duplicate = df.groupBy(*columns).count().filter(F.col("count") > 1).limit(DUPLICATE_SAMPLE).collect()
     if duplicate:
+        sample = [{k: row[k] for k in columns} | {"rows": row["count"]} for row in duplicate]
         key = {k: duplicate[0][k] for k in columns}
-        raise ValueError(
+        raise DuplicateKeys(
             f"Merge into {table!r}: the data holds more than one row for key {key}; each key may occur once "
-            "(deduplicate before returning it, nothing was written)"
+            "(deduplicate before returning it, nothing was written)",
+            table=table,
+            keys=tuple(columns),
+            sample=sample,
         )
     keys = df.select(*[F.col(f"`{k}`") for k in columns]).distinct()
     # SQL equality on the keys, as Delta MERGE: a NULL key never matches
