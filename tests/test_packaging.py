@@ -10,7 +10,7 @@ PYTHONPATH (they are not under test).
 from __future__ import annotations
 
 import json
-import shutil
+import os
 import subprocess
 import sys
 import sysconfig
@@ -78,16 +78,8 @@ print(json.dumps({
 @pytest.fixture(scope="module", name="wheel")
 def fx_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    # Built from a copy of what the distribution holds: setuptools builds in the source tree (build/, *.egg-info),
-    # and another test's editable install of the checkout (tests/test_integrations.py) running at the same time
-    # left this wheel without spark_client once.
-    source = tmp_path_factory.mktemp("source")
-    for name in ("pyproject.toml", "setup.py", "README.md"):
-        shutil.copy2(REPO / name, source / name)
-    for name in ("metaservice", "spark_client", "migrations"):
-        shutil.copytree(REPO / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(source)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "--wheel-dir", str(out), str(REPO)],
         check=True,
         timeout=300,
     )
@@ -122,6 +114,8 @@ def test_client_installs_alone_into_an_empty_virtualenv(
     python = venv / "bin" / "python"
     installed = subprocess.run(
         [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", str(wheel)],
+        # the caller's PYTHONPATH (a checkout on it) would make pip find the project installed and skip the wheel
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
         capture_output=True,
         text=True,
         timeout=300,

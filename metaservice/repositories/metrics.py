@@ -43,8 +43,11 @@ async def probe(conn: Connection) -> Probe:
     return now, str(snapshot), int(xmin), started, None if head is None else int(head)
 
 
+# Rows changed since snapshot S are those written by a transaction S could not see: one that started after it (an
+# id at or above S's xmax) or one in progress then (S's xip list). Both are index lookups; bounding the scan below by
+# S's xmin instead would read every row written since the oldest transaction running anywhere in the cluster.
 _NEW = (
-    "x.changed_xid >= {xmin}"
+    "(x.changed_xid >= {xmax} OR x.changed_xid = ANY(CAST('{{{xip}}}' AS bigint[])))"
     " AND NOT pg_visible_in_snapshot(CAST(CAST(x.changed_xid AS text) AS xid8), CAST(%(since)s AS pg_snapshot))"
     " AND pg_visible_in_snapshot(CAST(CAST(x.changed_xid AS text) AS xid8), pg_current_snapshot())"
 )
@@ -69,10 +72,12 @@ _CHANGES = f"""
 """
 
 
-async def changes(conn: Connection, *, since: str, xmin: int) -> list[tuple[str, int | None, int | None]]:
-    """(kind, id, detail) of what was written since the snapshot `since` (text), whose xmin is `xmin`; see
-    `_CHANGES`. 'removed' rows carry 0 (a table) or 1 (a job) as detail, or None for a truncation."""
-    rows = await fetch_all(conn, _CHANGES.format(xmin=int(xmin)), {"since": since})
+async def changes(conn: Connection, *, since: str) -> list[tuple[str, int | None, int | None]]:
+    """(kind, id, detail) of what was written since the snapshot `since` (`pg_snapshot` text, `xmin:xmax:xip,…`);
+    see `_CHANGES`. 'removed' rows carry 0 (a table) or 1 (a job) as detail, or None for a truncation."""
+    _, xmax, xip = since.split(":")
+    in_progress = ",".join(str(int(x)) for x in xip.split(",") if x)
+    rows = await fetch_all(conn, _CHANGES.format(xmax=int(xmax), xip=in_progress), {"since": since})
     return [(str(k), None if i is None else int(i), None if d is None else int(d)) for k, i, d in rows]
 
 

@@ -190,7 +190,7 @@ class MetricState:
         lineage: set[int] = set()
         jobs: set[int] = set()
         removed: set[int] = set()
-        for kind, ident, detail in self._count(await metric_rows.changes(s, since=kept.snapshot, xmin=kept.xmin)):
+        for kind, ident, detail in self._count(await metric_rows.changes(s, since=kept.snapshot)):
             if ident is None:
                 return "a catalog table was truncated"
             if kind == "table":
