@@ -4,9 +4,11 @@ figures' inputs of some tables and jobs (or of all of them, for a full read).
 A row's `changed_xid` is the transaction that last changed what the figures show of it (a trigger sets it,
 migration 2026-11-27-1730). A transaction committed after snapshot S exactly when S cannot see its id: the rows
 written since S are those whose marker S does not see and the reading snapshot does. Every id S cannot see is at or
-above S's xmin, so the markers are found by an index range scan from it. The xmin is written into the statement as
-a literal: the server's connections force generic plans, and a generic plan of `changed_xid >= $1` guesses a third
-of the table and scans it all. A marker the reading snapshot cannot see (a row restored from another cluster's
+above S's xmax or in S's list of transactions in progress, so the markers are found by an index range scan from the
+xmax and index lookups of that list (not from S's xmin: a transaction open anywhere in the cluster holds xmin back,
+and the scan would read every row written since). The bounds are written into the statement as literals: the
+server's connections force generic plans, and a generic plan of `changed_xid >= $1` guesses a third of the table
+and scans it all. A marker the reading snapshot cannot see (a row restored from another cluster's
 dump with a higher id) is not read as a change.
 """
 
