@@ -311,6 +311,10 @@ async def settle_idle(rt: Runtime, *, job_names: Sequence[str]) -> int:
     step is left as it is: its own `next` is under way). Returns how many jobs got barriers completed."""
 
     async def one(name: str) -> bool:
+        # Another read is settling this writer: answer on what is stored rather than wait for it (a settle begun
+        # before an outage may hang on a dead connection until its deadline; its write wakes freshness waiters).
+        if rt.settles.running(name):
+            return False
         return await rt.settles.run(name, lambda: settle(name))
 
     async def settle(name: str) -> bool:

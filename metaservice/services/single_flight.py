@@ -34,6 +34,10 @@ class SingleFlight(Generic[K, V]):
         """Runs under way (for tests)."""
         return len(self._running)
 
+    def running(self, key: K) -> bool:
+        """A run for `key` is under way (a caller that need not wait for it can go on without it)."""
+        return key in self._running
+
     async def run(self, key: K, work: Callable[[], Awaitable[V]]) -> V:
         task = self._running.get(key)
         if task is None:

@@ -24,7 +24,7 @@ def test_callers_of_one_key_share_a_run_and_other_keys_run_apart() -> None:
         callers = [asyncio.ensure_future(flight.run(k, partial(work, k))) for k in ("a", "a", "a", "b")]
         while len(started) < 2:  # both runs under way, the joiners waiting on "a"'s
             await asyncio.sleep(0)
-        assert len(flight) == 2
+        assert len(flight) == 2 and flight.running("a") and not flight.running("c")
         release.set()
         results = list(await asyncio.gather(*callers))
         assert len(flight) == 0
