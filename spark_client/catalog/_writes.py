@@ -232,6 +232,8 @@ def plan_rewrite(
                 "row written must match the predicate (nothing was written)"
             )
         affected = _files_where(spark, root, files, schema, lambda current: current.filter(F.expr(mode.predicate)))
+        if not affected:
+            return Rewrite((), rows)
         kept = _read(spark, root, affected, schema).filter(outside)
         return Rewrite(tuple(affected.values()), kept.unionByName(rows))
     if isinstance(mode, OverwritePartitions):
@@ -241,6 +243,8 @@ def plan_rewrite(
         affected = _files_where(
             spark, root, files, schema, lambda current: current.join(keys, on(current), "left_semi")
         )
+        if not affected:
+            return Rewrite((), rows)
         older = _read(spark, root, affected, schema)
         kept = older.join(keys, on(older), "left_anti")
         return Rewrite(tuple(affected.values()), kept.unionByName(rows))
@@ -260,8 +264,10 @@ def plan_rewrite(
     keys = df.select(*[F.col(f"`{k}`") for k in columns]).distinct()
     # SQL equality on the keys, as Delta MERGE: a NULL key never matches
     affected = _files_where(spark, root, files, schema, lambda current: current.join(keys, columns, "left_semi"))
-    kept = _read(spark, root, affected, schema).join(keys, columns, "left_anti")
     upserts = df if mode.delete_column is None else df.filter(~F.coalesce(F.col(mode.delete_column), F.lit(False)))
+    if not affected:  # inserts only: no old row to keep, and no join of the keys with nothing to run
+        return Rewrite((), aligned(upserts, schema, mode))
+    kept = _read(spark, root, affected, schema).join(keys, columns, "left_anti")
     return Rewrite(tuple(affected.values()), kept.unionByName(aligned(upserts, schema, mode)))
 
 
