@@ -81,10 +81,13 @@ class ChangeNotifier:
         connection, so the first change after an outage still wakes the waiters at once."""
         backoff = 0.1
         settings = self._db.settings
+        deadline = settings.connect_timeout + settings.dead_connection_seconds
         while self._dirty:
             self._dirty = False
             try:
-                with anyio.fail_after(settings.connect_timeout + settings.dead_connection_seconds):
+                # retirable: a send waiting on a host the database gave up (the listener's check found it gone) is
+                # interrupted then, not left to its deadline, and goes out again at once on a new connection
+                with anyio.fail_after(deadline), self._db.retirable():
                     if self._conn is not None and self._generation != self._db.generation:
                         await self._discard()  # the database retired every connection made before
                     if self._conn is None or self._conn.closed:
