@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import logging
 import re
@@ -304,6 +305,24 @@ class MetricsRefresher:
             self.state.invalidate()  # an outage may have cut the read short: read everything next time
             raise
         self.read_at = started
+        self._out_of_collections(full=self.state.full_reason is not None)
+
+    @staticmethod
+    def _out_of_collections(*, full: bool) -> None:
+        """Move what the process holds now, the kept catalog and its figures above all, out of the cyclic
+        collector's view (`gc.freeze`).
+
+        The refresh keeps an object per table and job and builds a figure per table and job every few seconds: at
+        100,000 tables half a million long-lived objects. Each collection of the oldest generation walks all of
+        them, holding every thread of the process for 140-260 ms, and the figures each refresh builds triggered one
+        on most refreshes (`POST /versions` p99 336 ms against 3.5 ms on 100 tables). Frozen objects are still
+        freed when nothing refers to them any more (the figures a refresh replaces, what a request held); only
+        cyclic garbage frozen while still in use waits: after a full read (every `FULL_EVERY` refreshes, and after
+        an outage) everything is unfrozen and collected once, then frozen again."""
+        if full:
+            gc.unfreeze()
+            gc.collect()
+        gc.freeze()
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[None]:

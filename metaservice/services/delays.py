@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import in_transaction
@@ -151,8 +151,9 @@ async def all_delays(rt: Runtime) -> DelayList:
     return await in_transaction(rt.database, work, isolation="REPEATABLE READ", read_only=True)
 
 
-@dataclass(frozen=True)
-class TableFigure:
+class TableFigure(NamedTuple):
+    """One table's line of /metrics (a tuple, as `JobFigures`)."""
+
     name: str
     kind: str
     barrier: int | None

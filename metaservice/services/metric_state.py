@@ -29,7 +29,7 @@ import bisect
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from metaservice.db.database import Connection
 from metaservice.repositories import metrics as metric_rows
@@ -40,17 +40,18 @@ from metaservice.services.delays import MetricFigures, TableFigure
 # A refresh reads everything again after this many incremental ones (see `MetricState`).
 FULL_EVERY = 120
 
+# The lineage is kept as tuples of ids, not sets: 180,000 fewer objects for the collector to walk at 100,000
+# tables (see `MetricsRefresher`, observability.py, for how the kept catalog stays out of its collections).
 
-@dataclass(slots=True)
-class _Table:
+
+class _Table(NamedTuple):
     name: str
     completed: bool  # it holds a range with a snapshot
     last_barrier: int | None  # that range's end; None while open (it holds through the newest barrier)
     issued_at: datetime | None  # the issue time of `last_barrier`
 
 
-@dataclass(slots=True)
-class _Job:
+class _Job(NamedTuple):
     name: str
     last_barrier: int | None
     last_issued_at: datetime | None
@@ -74,8 +75,8 @@ class _Kept:
     barriers: list[int]
     tables: dict[int, _Table]
     jobs: dict[int, _Job]
-    sinks: dict[int, set[int]] = field(default_factory=dict)  # job -> tables it writes (current lineage)
-    sources: dict[int, set[int]] = field(default_factory=dict)  # job -> tables it reads
+    sinks: dict[int, tuple[int, ...]] = field(default_factory=dict)  # job -> tables it writes (current lineage)
+    sources: dict[int, tuple[int, ...]] = field(default_factory=dict)  # job -> tables it reads
     writer: dict[int, int] = field(default_factory=dict)  # table -> the job writing it
     origins: dict[int, frozenset[int]] = field(default_factory=dict)  # live table -> its data origins
     seal_floor: int = -1  # every origin's new snapshots after it are in `seals`
@@ -173,8 +174,7 @@ class MetricState:
         )
         for table_id, name, _live, completed, last, at in self._count(await metric_rows.tables(s, ids=None)):
             kept.tables[table_id] = _Table(name, completed, last, at)
-        for job_id, table_id, role in self._count(await metric_rows.current_edges(s, job_ids=None)):
-            _add_edge(kept, job_id, table_id, role)
+        _add_edges(kept, self._count(await metric_rows.current_edges(s, job_ids=None)))
         behind = _lagging_floor(kept)
         kept.seal_floor = behind if behind is not None else (-1 if head is None else head)
         _derive_origins(kept)
@@ -218,12 +218,11 @@ class MetricState:
         lineage_changed = bool(lineage)
         if lineage:
             for job_id in lineage:
-                for table_id in kept.sinks.pop(job_id, set()):
+                for table_id in kept.sinks.pop(job_id, ()):
                     if kept.writer.get(table_id) == job_id:
                         del kept.writer[table_id]
                 kept.sources.pop(job_id, None)
-            for job_id, table_id, role in self._count(await metric_rows.current_edges(s, job_ids=sorted(lineage))):
-                _add_edge(kept, job_id, table_id, role)
+            _add_edges(kept, self._count(await metric_rows.current_edges(s, job_ids=sorted(lineage))))
 
         added: set[int] = set()
         if tables:
@@ -314,12 +313,16 @@ def _job(row: metric_rows.JobRow) -> _Job:
     )
 
 
-def _add_edge(kept: _Kept, job_id: int, table_id: int, role: str) -> None:
-    if role == "sink":
-        kept.sinks.setdefault(job_id, set()).add(table_id)
-        kept.writer[table_id] = job_id
-    else:
-        kept.sources.setdefault(job_id, set()).add(table_id)
+def _add_edges(kept: _Kept, rows: list[Any]) -> None:
+    """Set the sources and sinks of the jobs `rows` (job id, table id, role) name to exactly those rows."""
+    sinks: dict[int, set[int]] = {}
+    sources: dict[int, set[int]] = {}
+    for job_id, table_id, role in rows:
+        (sinks if role == "sink" else sources).setdefault(job_id, set()).add(table_id)
+        if role == "sink":
+            kept.writer[table_id] = job_id
+    kept.sinks.update((job_id, tuple(sorted(tables))) for job_id, tables in sinks.items())
+    kept.sources.update((job_id, tuple(sorted(tables))) for job_id, tables in sources.items())
 
 
 def _derive_origins(kept: _Kept) -> None:
