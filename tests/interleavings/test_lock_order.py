@@ -124,3 +124,51 @@ def test_a_job_registered_in_one_transaction_locks_its_tables_before_the_clock(s
 
     assert changed.status_code == 201, changed.text
     assert allocated.status_code == 201, allocated.text  # was 503: DeadlockDetected in metaservice_issue_barriers
+
+
+# The protocol's write statement (repositories/protocol.py; pg_stat_activity keeps only the start of its text).
+WRITE_WAITS = """
+    SELECT count(*) FROM pg_stat_activity
+     WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%WITH expect AS%'
+"""
+
+
+def commit_waits_for_a_sink(url: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(WRITE_WAITS).fetchone()
+    return bool(row and row[0])
+
+
+def test_a_commit_updates_its_sinks_in_the_order_an_allocation_locks_them(servers: Servers) -> None:
+    """J writes A and B (B the older table, A first by name), both seal candidates after a rollback. An allocation
+    locks B and then A, by id; J's commit raises each sink's newest snapshot. A third session holds B, so that the
+    allocation queues for B first and the commit behind it; once B is free, the allocation takes B and needs A:
+    a commit that had taken A first (its plan's order, by name) would wait for B while holding A (was: one of the
+    two answered 503, DeadlockDetected)."""
+    api, url = servers.a, servers.database_url
+    a, b = "lake.mid.a", "lake.mid.b"
+    ok(api.post(f"/register/source/J/{path(R)}"), 201)
+    ok(api.post(f"/register/sink/J/{path(b)}"), 201)
+    ok(api.post(f"/register/sink/J/{path(a)}"), 201)
+    b1 = ok(api.post("/barriers", json={"root_snapshots": {R: 1}}), 201)["barrier"]
+    ok(api.post(f"/jobs/J/barriers/{process(api, b1)}/commit", json={"snapshots": {a: 10, b: 20}}))
+    b2: int = ok(api.post("/barriers", json={"root_snapshots": {R: 2}}), 201)["barrier"]
+    ok(api.post(f"/jobs/J/barriers/{process(api, b2)}/commit", json={"snapshots": {a: 11, b: 21}}))
+    plan = ok(api.post("/rollbacks", json={"table": a, "barrier": b1}), 201)
+    ok(api.post(f"/rollbacks/{plan['rollback_id']}/complete", json={}))
+    assert process(servers.b, b2) == b2  # in flight again, on server B (whose write statement commits it)
+    assert seal_candidate(url, a) and seal_candidate(url, b)
+
+    with psycopg.connect(url) as holder:
+        holder.execute("SELECT 1 FROM tables WHERE name = %s FOR NO KEY UPDATE", [b])
+        allocating = servers.in_background(lambda: api.post("/barriers", json={"root_snapshots": {R: 3}}))
+        support.wait_until(lambda: allocation_waits_for_a_lock(url), timeout=30, what="the allocation to wait for B")
+        committing = servers.in_background(
+            lambda: servers.b.post(f"/jobs/J/barriers/{b2}/commit", json={"snapshots": {a: 12, b: 22}})
+        )
+        support.wait_until(lambda: commit_waits_for_a_sink(url), timeout=30, what="the commit to wait for a sink")
+        holder.commit()
+
+    allocated, committed = allocating.result(), committing.result()
+    assert allocated.status_code == 201, allocated.text
+    assert committed.status_code == 200, committed.text
