@@ -114,8 +114,9 @@ async def register_in(
     principal: Principal = ANONYMOUS_ADMIN,
 ) -> Registration:
     """`register` inside the caller's transaction: an OpenLineage event registers all its edges in one, so that a
-    4xx for one of them leaves none registered."""
-    job = await lock_change(conn, job_id=job_id, tables=[table])  # held already when the caller locked them all
+    4xx for one of them leaves none registered. A caller registering several edges takes `lock_change` for all
+    their tables first (this edge's locks are then held already)."""
+    job = await lock_change(conn, job_id=job_id, tables=[table])
     row = await table_rows.get_folded(conn, name=table)
     assert row is not None
     if row.name != table:
