@@ -35,12 +35,17 @@ _BY_IDS = f"SELECT {_COLUMNS} FROM tables WHERE id = ANY(CAST(%(ids)s AS bigint[
 # Tables rows are locked FOR NO KEY UPDATE, the lock an UPDATE of their columns takes (none is a key a foreign key
 # refers to): a foreign key check's KEY SHARE never waits for them (docs/design.md, "Lock order").
 _INSERT_MISSING = "INSERT INTO tables (name) SELECT n FROM unnest(CAST(%(names)s AS text[])) n ON CONFLICT DO NOTHING"
+# Each part an index probe (a generic plan of one OR over them scans the catalog).
 _LOCK_FOR_CHANGE = """
     SELECT id FROM tables
-     WHERE lower(name) = ANY(ARRAY(SELECT lower(n) FROM unnest(CAST(%(names)s AS text[])) n))
-        OR id IN (SELECT e.table_id FROM lineage_edges e
-                   WHERE e.job_id = %(writer)s AND e.role = 'sink' AND e.removed_at IS NULL)
-        OR root_group = %(group)s
+     WHERE id = ANY(ARRAY(
+               SELECT t.id FROM tables t
+                WHERE lower(t.name) = ANY(ARRAY(SELECT lower(n) FROM unnest(CAST(%(names)s AS text[])) n))
+               UNION
+               SELECT e.table_id FROM lineage_edges e
+                WHERE e.job_id = %(writer)s AND e.role = 'sink' AND e.removed_at IS NULL
+               UNION
+               SELECT g.id FROM tables g WHERE g.root_group = %(group)s))
      ORDER BY id FOR NO KEY UPDATE
 """
 _SET_METADATA = """
