@@ -13,7 +13,8 @@ exists. A test arms a point, waits for the arrival, does what must happen in bet
 process or another), then releases: an interleaving between two statements of one request, made exact.
 Names: `plan_fetched` (a plan fetched more state than its gather held, before it is made again),
 `step_gathered` (a protocol step gathered its job's state, before it plans), `settle_gathered` (a read's idle
-completion gathered a writer's state, before it plans).
+completion gathered a writer's state, before it plans), `lineage_clock_held` (a lineage change or a table's
+retirement holds the barrier clock in share mode, before it writes).
 """
 
 from __future__ import annotations

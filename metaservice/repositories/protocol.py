@@ -366,6 +366,8 @@ _PARTS = {
          WHERE x.plan <> ALL(CAST((SELECT plans FROM refused) AS int[]))
         RETURNING id, job_id, first_barrier
     )""",
+    # The sinks' rows are locked by id first, the order every transaction locks tables rows in (docs/design.md,
+    # "Lock order"): updated in the plans' order, two sinks deadlocked with an allocation locking them by id.
     "latest": """
     latest AS (
         UPDATE tables t SET latest_snapshot_id = greatest(coalesce(t.latest_snapshot_id, -1), x.snapshot_id),
@@ -373,6 +375,13 @@ _PARTS = {
           FROM unnest(CAST(%(latest_tables)s AS bigint[]), CAST(%(latest_snapshots)s AS bigint[]),
                       CAST(%(latest_plans)s AS int[])) AS x(table_id, snapshot_id, plan)
          WHERE t.id = x.table_id AND x.plan <> ALL(CAST((SELECT plans FROM refused) AS int[]))
+           AND t.id IN (SELECT l.id FROM tables l
+                         WHERE l.id = ANY(ARRAY(
+                                   SELECT y.table_id
+                                     FROM unnest(CAST(%(latest_tables)s AS bigint[]), CAST(%(latest_plans)s AS int[]))
+                                          AS y(table_id, plan)
+                                    WHERE y.plan <> ALL(CAST((SELECT plans FROM refused) AS int[]))))
+                         ORDER BY l.id FOR NO KEY UPDATE)
     )""",
 }
 # The tail answers which plans were refused (and which of those for a job another transaction held locked),

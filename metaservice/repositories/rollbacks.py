@@ -54,7 +54,7 @@ _PLANNED_RESTORES = """
 """
 _LOCK_TABLES = """
     UPDATE tables SET seal_candidate = true
-     WHERE id IN (SELECT id FROM tables WHERE id = ANY(%(ids)s) ORDER BY id FOR UPDATE)
+     WHERE id IN (SELECT id FROM tables WHERE id = ANY(%(ids)s) ORDER BY id FOR NO KEY UPDATE)
 """
 _DELETE_RANGES_AFTER = """
     DELETE FROM snapshot_ranges r USING tables t

@@ -32,10 +32,22 @@ _GET = f"SELECT {_COLUMNS} FROM tables WHERE name = %(name)s"
 _GET_FOLDED = f"SELECT {_COLUMNS} FROM tables WHERE lower(name) = lower(%(name)s)"
 _GET_MANY = f"SELECT {_COLUMNS} FROM tables WHERE name = ANY(CAST(%(names)s AS text[]))"
 _BY_IDS = f"SELECT {_COLUMNS} FROM tables WHERE id = ANY(CAST(%(ids)s AS bigint[]))"
-_INSERT = f"""
-    INSERT INTO tables (name) VALUES (%(name)s) ON CONFLICT DO NOTHING RETURNING {_COLUMNS}
+# Tables rows are locked FOR NO KEY UPDATE, the lock an UPDATE of their columns takes (none is a key a foreign key
+# refers to): a foreign key check's KEY SHARE never waits for them (docs/design.md, "Lock order").
+_INSERT_MISSING = "INSERT INTO tables (name) SELECT n FROM unnest(CAST(%(names)s AS text[])) n ON CONFLICT DO NOTHING"
+# Each part an index probe (a generic plan of one OR over them scans the catalog).
+_LOCK_FOR_CHANGE = """
+    SELECT id FROM tables
+     WHERE id = ANY(ARRAY(
+               SELECT t.id FROM tables t
+                WHERE lower(t.name) = ANY(ARRAY(SELECT lower(n) FROM unnest(CAST(%(names)s AS text[])) n))
+               UNION
+               SELECT e.table_id FROM lineage_edges e
+                WHERE e.job_id = %(writer)s AND e.role = 'sink' AND e.removed_at IS NULL
+               UNION
+               SELECT g.id FROM tables g WHERE g.root_group = %(group)s))
+     ORDER BY id FOR NO KEY UPDATE
 """
-_LOCK_FOLDED = f"SELECT {_COLUMNS} FROM tables WHERE lower(name) = lower(%(name)s) FOR UPDATE"
 _SET_METADATA = """
     UPDATE tables SET format = coalesce(%(format)s, format), location = coalesce(%(location)s, location)
      WHERE id = %(id)s
@@ -75,13 +87,22 @@ async def by_ids(conn: Connection, *, ids: Sequence[int]) -> dict[int, TableRow]
     return {row.id: row for row in rows}
 
 
-async def lock_or_insert(conn: Connection, *, name: str) -> TableRow:
-    """The table whose name equals `name` regardless of case, created on first sight; locked by this
-    transaction (tables rows are locked before the barrier clock, as the allocation function does)."""
-    await fetch_one_as(conn, TableRow, _INSERT, {"name": name})
-    row = await fetch_one_as(conn, TableRow, _LOCK_FOLDED, {"name": name})
-    assert row is not None
-    return row
+async def lock_for_change(
+    conn: Connection,
+    *,
+    names: Sequence[str],
+    writer_id: int | None = None,
+    group: str | None = None,
+    create: bool = False,
+) -> None:
+    """Lock, in one statement and in id order, the tables whose names equal `names` regardless of case (with
+    `create`: created on first sight), the current sinks of job `writer_id` and the tables of root group `group`:
+    every tables row a registry change writes or references (an aborted barrier's ranges refer to the job's
+    sinks). Taken before the barrier clock, in the order the allocation function locks tables rows
+    (docs/design.md, "Lock order")."""
+    if create and names:
+        await execute(conn, _INSERT_MISSING, {"names": list(names)})
+    await fetch_all(conn, _LOCK_FOR_CHANGE, {"names": list(names), "writer": writer_id, "group": group})
 
 
 async def set_metadata(conn: Connection, *, table_id: int, format: str | None, location: str | None) -> None:

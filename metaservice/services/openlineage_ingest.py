@@ -51,6 +51,7 @@ async def ingest_event(
         return IngestedEvent(job_id=job_id, registered=[], ignored=plan.ignored)
 
     async def work(conn: Connection) -> list[Registration]:
+        await registry.lock_change(conn, job_id=job_id, tables=[table for table, _ in plan.edges])
         return [
             await registry.register_in(conn, job_id=job_id, table=table, role=role, principal=principal)
             for table, role in plan.edges

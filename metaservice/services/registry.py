@@ -1,18 +1,23 @@
 """Lineage registration: idempotent edges, one writer per table, no cycles, ownership; removing edges and jobs.
 
 Every change is one transaction under a transaction-scoped advisory lock (registrations are rare and the cycle and
-writer checks read the whole graph). It takes the barrier clock row in share mode, so it commits entirely between
-two barriers and is recorded with the newest barrier issued before it (`added_after` / `removed_after`): it takes
-effect at the next one (docs/design.md, "Rules for a changing lineage"). A change to a job with a barrier in
-flight aborts that barrier (rule 7), and every change bumps the job's version, so a step planned on the old
-lineage writes nothing and is planned again.
+writer checks read the whole graph). It locks the job's row, then every tables row it will write or reference (the
+tables it names, and the job's sinks, to which an aborted barrier's ranges refer), and takes the barrier clock row
+in share mode last (docs/design.md, "Lock order": a row locked after the clock deadlocked with barrier allocations,
+which lock tables rows and then queue for the clock). So it commits entirely between two barriers and is recorded
+with the newest barrier issued before it (`added_after` / `removed_after`): it takes effect at the next one
+(docs/design.md, "Rules for a changing lineage"). A change to a job with a barrier in flight aborts that barrier
+(rule 7), and every change bumps the job's version, so a step planned on the old lineage writes nothing and is
+planned again.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 from typing import Literal
 
+from metaservice import failpoints
 from metaservice.db.database import Connection, Database
 from metaservice.db.transaction import in_transaction
 from metaservice.errors import (
@@ -32,6 +37,7 @@ from metaservice.repositories import edges as edge_rows
 from metaservice.repositories import jobs as job_rows
 from metaservice.repositories import snapshots as snapshot_rows
 from metaservice.repositories import tables as table_rows
+from metaservice.repositories.jobs import JobRow
 from metaservice.repositories.tables import TableRow
 from metaservice.schemas import (
     EdgeRemoval,
@@ -56,6 +62,25 @@ Role = Literal["source", "sink"]
 
 async def lock_registry(conn: Connection) -> None:
     await conn.execute("SELECT pg_advisory_xact_lock(%s)", [REGISTRY_LOCK_KEY])
+
+
+async def lock_change(conn: Connection, *, job_id: str, tables: Sequence[str]) -> JobRow:
+    """The locks of a registration, before the clock: the registry, the job (created on first sight or
+    reactivated), then in id order `tables` (created on first sight) and the job's current sinks. A transaction
+    registering several edges takes them for all its tables first: a table locked after an edge took the clock
+    would wait, holding the clock, for an allocation that waits for the clock."""
+    await lock_registry(conn)
+    job = await job_rows.upsert_active(conn, name=job_id)
+    await table_rows.lock_for_change(conn, names=tables, writer_id=job.id, create=True)
+    return job
+
+
+async def _share_clock(conn: Connection) -> int:
+    """The newest barrier issued, the clock row held in share mode until the transaction ends (the last lock a
+    change takes: docs/design.md, "Lock order")."""
+    clock = await barrier_rows.clock_share(conn)
+    await failpoints.pause("lineage_clock_held")
+    return clock
 
 
 async def register(
@@ -89,10 +114,11 @@ async def register_in(
     principal: Principal = ANONYMOUS_ADMIN,
 ) -> Registration:
     """`register` inside the caller's transaction: an OpenLineage event registers all its edges in one, so that a
-    4xx for one of them leaves none registered."""
-    await lock_registry(conn)
-    job = await job_rows.upsert_active(conn, name=job_id)  # lock order: jobs, tables, then the clock
-    row = await table_rows.lock_or_insert(conn, name=table)
+    4xx for one of them leaves none registered. A caller registering several edges takes `lock_change` for all
+    their tables first (this edge's locks are then held already)."""
+    job = await lock_change(conn, job_id=job_id, tables=[table])
+    row = await table_rows.get_folded(conn, name=table)
+    assert row is not None
     if row.name != table:
         raise TableNameConflict(
             f"table {table!r} differs only in case from the registered table {row.name!r}; table names are "
@@ -106,7 +132,7 @@ async def register_in(
             table=table,
         )
     _check_metadata(row, format=format, location=location)
-    clock = await barrier_rows.clock_share(conn)
+    clock = await _share_clock(conn)
     existing = await edge_rows.role_of(conn, job_id=job.id, table_id=row.id)
     if existing == role:
         await table_rows.set_metadata(conn, table_id=row.id, format=format, location=location)
@@ -163,6 +189,7 @@ async def register_job(
                 tables=unknown,
                 job_id=job_id,
             )
+        await lock_change(conn, job_id=job_id, tables=[d.table for _, declared in _roles_of(request) for d in declared])
         edges = [
             await register_in(
                 conn,
@@ -190,6 +217,7 @@ async def retire_table(db: Database, *, table: str) -> TableRetirement:
 
     async def work(conn: Connection) -> TableRetirement:
         await lock_registry(conn)
+        await table_rows.lock_for_change(conn, names=[table])  # before the clock
         row = await table_rows.get(conn, name=table)
         if row is None:
             raise NotFound(f"table {table!r} is not registered", table=table)
@@ -204,7 +232,7 @@ async def retire_table(db: Database, *, table: str) -> TableRetirement:
                 table=table,
                 jobs=jobs,
             )
-        clock = await barrier_rows.clock_share(conn)
+        clock = await _share_clock(conn)
         await snapshot_rows.close_open(conn, table_id=row.id, through=clock)
         await table_rows.retire(conn, table_id=row.id)
         retired = await table_rows.get(conn, name=table)
@@ -237,8 +265,13 @@ async def set_root_group(db: Database, *, group: str, tables: list[str]) -> Root
     async def work(conn: Connection) -> RootGroup:
         await lock_registry(conn)
         names = sorted(set(tables))
-        rows = [await table_rows.lock_or_insert(conn, name=name) for name in names]
-        for name, row in zip(names, rows, strict=True):
+        # in id order, as allocations lock them: the tables named and those leaving the group
+        await table_rows.lock_for_change(conn, names=names, group=group, create=True)
+        rows: list[TableRow] = []
+        for name in names:
+            row = await table_rows.get_folded(conn, name=name)
+            assert row is not None
+            rows.append(row)
             if row.name != name:
                 raise TableNameConflict(
                     f"table {name!r} differs only in case from the registered table {row.name!r}",
@@ -285,12 +318,13 @@ async def remove_edge(db: Database, *, job_id: str, table: str, role: Role) -> E
         job = await job_rows.lock(conn, name=job_id)
         if job is None:
             raise NotFound(f"job {job_id!r} is not registered", job_id=job_id)
+        await table_rows.lock_for_change(conn, names=[table], writer_id=job.id)  # before the clock
         row = await table_rows.get(conn, name=table)
         if row is None:
             raise NotFound(f"table {table!r} is not registered", table=table)
         if await edge_rows.role_of(conn, job_id=job.id, table_id=row.id) != role:
             return EdgeRemoval(job_id=job_id, table=table, role=role, removed=False)
-        clock = await barrier_rows.clock_share(conn)
+        clock = await _share_clock(conn)
         verb = "reads" if role == "source" else "writes"
         await abort_in_flight(conn, job_id, f"lineage changed: {job_id} no longer {verb} {table}")
         await edge_rows.remove_edges(conn, job_id=job.id, table_id=row.id, role=role, after=clock)
@@ -308,7 +342,8 @@ async def unregister(db: Database, *, job_id: str) -> Unregistration:
         job = await job_rows.lock(conn, name=job_id)
         if job is None:
             raise NotFound(f"job {job_id!r} is not registered", job_id=job_id)
-        clock = await barrier_rows.clock_share(conn)
+        await table_rows.lock_for_change(conn, names=[], writer_id=job.id)  # its sinks, before the clock
+        clock = await _share_clock(conn)
         await abort_in_flight(conn, job_id, "job unregistered")
         await edge_rows.remove_edges(conn, job_id=job.id, after=clock)
         await job_rows.deactivate(conn, job_id=job.id)

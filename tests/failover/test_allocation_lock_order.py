@@ -79,3 +79,31 @@ def test_two_allocations_waiting_for_the_clock_do_not_deadlock(url: str) -> None
         assert not isinstance(answers.get(name), Exception), f"{name}: {answers.get(name)!r}"
     (issued,) = answers["alloc-a"]
     assert issued["barrier"] is not None and issued["sealed"] == {"lake.raw.t": 1, "lake.raw.u": 1}
+
+
+def test_a_foreign_key_check_on_a_row_an_allocation_holds_does_not_wait_for_it(url: str) -> None:
+    """A transaction holding the clock in share mode (a lineage change) inserts a row referring to a table that an
+    allocation queued for the clock holds: the foreign key check's KEY SHARE does not conflict with the
+    allocation's FOR NO KEY UPDATE, so the insert goes on and the allocation gets the clock once it commits (with
+    FOR UPDATE each waited for the other: DeadlockDetected, the allocation answered 503)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("INSERT INTO tables (name) VALUES ('lake.raw.t')")
+        conn.execute("INSERT INTO jobs (name) VALUES ('j')")
+    answers: dict[str, Any] = {}
+    a = threading.Thread(
+        target=allocate, args=(url, "alloc-a", {"kind": "report", "roots": {"lake.raw.t": 1}}, answers)
+    )
+    with psycopg.connect(url) as holder:  # a lineage change: the clock in share mode, then an edge to the table
+        holder.execute("SET lock_timeout = '20s'")
+        holder.execute("SELECT 1 FROM barrier_clock WHERE id = 1 FOR SHARE")
+        a.start()
+        support.wait_until(lambda: waiting_for_a_lock(url, "alloc-a"), timeout=30, what="A to wait for the clock")
+        holder.execute(
+            "INSERT INTO lineage_edges (job_id, table_id, role, added_after)"
+            " SELECT j.id, t.id, 'source', 0 FROM jobs j, tables t WHERE j.name = 'j' AND t.name = 'lake.raw.t'"
+        )
+        holder.commit()
+    a.join(timeout=60)
+    assert not isinstance(answers.get("alloc-a"), Exception), f"alloc-a: {answers.get('alloc-a')!r}"
+    (reported,) = answers["alloc-a"]
+    assert reported["error"] is None and reported["latest"] == {"lake.raw.t": 1}

@@ -59,15 +59,18 @@ DECLARE
     v_key text;
     v_kind text;
 BEGIN
-    -- Lock order for everything that writes tables rows and the clock: tables by id, then the clock. The tables
-    -- locked are those the batch reports and every seal candidate, and a seal touches no other (`v_locked`): it
-    -- opens ranges of candidates (the foreign key check takes their row), and taking one after the clock, while
-    -- another allocation held it and waited for the clock, deadlocked two servers' allocations. A table marked
-    -- meanwhile is sealed by the next barrier.
+    -- Lock order of every transaction that takes the clock (docs/design.md, "Lock order"): jobs, tables by id, then
+    -- the clock, and after it no row not locked before. The tables locked are those the batch reports and every
+    -- seal candidate, and a seal touches no other (`v_locked`): it opens ranges of candidates (the foreign key
+    -- check takes their row), and taking one after the clock, while another allocation held it and waited for the
+    -- clock, deadlocked two servers' allocations. A table marked meanwhile is sealed by the next barrier. FOR NO
+    -- KEY UPDATE is what the updates below need (no key of `tables` changes): a foreign key check's KEY SHARE on
+    -- these rows, by any transaction, never waits for an allocation.
     SELECT array_agg(DISTINCT n.k) INTO v_names
       FROM jsonb_array_elements(p_requests) r CROSS JOIN LATERAL jsonb_object_keys(coalesce(r -> 'roots', '{}')) n(k);
     SELECT coalesce(array_agg(l.id), '{}') INTO v_locked
-      FROM (SELECT t.id FROM tables t WHERE t.name = ANY(v_names) OR t.seal_candidate ORDER BY t.id FOR UPDATE) l;
+      FROM (SELECT t.id FROM tables t WHERE t.name = ANY(v_names) OR t.seal_candidate ORDER BY t.id
+            FOR NO KEY UPDATE) l;
     SELECT c.last_barrier INTO v_start FROM barrier_clock c WHERE c.id = 1 FOR UPDATE;
     v_last := v_start;
 
