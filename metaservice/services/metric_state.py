@@ -1,6 +1,6 @@
 """The /metrics refresh reads only what changed.
 
-Every server process refreshes the database figures of /metrics in the background (observability.py). Reading
+Every server process's figures process refreshes the database figures of /metrics (metrics_process.py). Reading
 them whole (`delays.metric_figures`: every table's newest complete barrier, the lag closure over the whole lineage,
 every job's last run and run counts) costs in proportion to the catalog, every few seconds, even when nothing
 changed. `MetricState` keeps what it read, the inputs of the figures rather than the figures:
@@ -24,7 +24,6 @@ exactly (tests/api/test_metric_state.py compares them after changes of every kin
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,8 +39,8 @@ from metaservice.services.delays import MetricFigures, TableFigure
 # A refresh reads everything again after this many incremental ones (see `MetricState`).
 FULL_EVERY = 120
 
-# The lineage is kept as tuples of ids, not sets: 180,000 fewer objects for the collector to walk at 100,000
-# tables (see `MetricsRefresher`, observability.py, for how the kept catalog stays out of its collections).
+# The lineage is kept as tuples of ids, not sets: 180,000 fewer objects for the cyclic collector to walk at
+# 100,000 tables.
 
 
 class _Table(NamedTuple):
@@ -129,9 +128,8 @@ class MetricState:
             kept.snapshot, kept.xmin, kept.started = snapshot, xmin, started
             self._kept, self.full_reason = kept, reason
             # Building every table's figure is Python work in proportion to the catalog (about 40 ms per 10,000
-            # tables here): in a thread, the event loop serving the protocol gets the interpreter every few
-            # milliseconds meanwhile instead of stalling the requests that arrive for the whole time.
-            return await asyncio.to_thread(_figures, kept, now)
+            # tables here): it runs in the figures process (metrics_process.py), never in a server process.
+            return _figures(kept, now)
         except BaseException:
             self._kept = None
             raise
