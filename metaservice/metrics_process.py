@@ -34,7 +34,6 @@ from pydantic import SecretStr
 from metaservice.db.database import Database
 from metaservice.db.transaction import in_transaction
 from metaservice.observability import configure_logging, render_database_figures
-from metaservice.services.delays import MetricFigures
 from metaservice.services.metric_state import MetricState
 from metaservice.settings import Settings
 
@@ -175,42 +174,42 @@ def child_settings(settings: Settings) -> dict[str, Any]:
 
 
 class _Figures:
-    """What the child holds: the kept state of the refresh and the newest figures, rendered once when asked."""
+    """What the child holds: the kept inputs of the figures, read every `interval`, and the newest rendering. The
+    figures are built and rendered only when a scrape asks, once per read (Python in proportion to the catalog:
+    without scrapes the child only reads what changed)."""
 
     def __init__(self, settings: Settings) -> None:
         self.database = Database(settings, application_name="metaservice-figures")
         self.state = MetricState()
         self.interval = settings.metrics_refresh_seconds
-        self.seq = 0  # bumped by every refresh that read figures
-        self._figures: MetricFigures | None = None
-        self._read_at: float | None = None
-        self._rendered: tuple[int, bytes] | None = None
+        self.seq = 0  # bumped by every read
+        self._read_at: float | None = None  # when the kept state was read (Unix time); None: it is not usable
+        self._rendered: tuple[int, bytes] = (0, b"")
 
-    async def refresh(self) -> None:
+    async def read(self) -> None:
         started = time.time()
+        self._read_at = None  # a read cut short leaves nothing to build from (`MetricState` forgets it)
         try:
-            figures = await in_transaction(
-                self.database, self.state.refresh, isolation="REPEATABLE READ", read_only=True
-            )
+            await in_transaction(self.database, self.state.read, isolation="REPEATABLE READ", read_only=True)
         except BaseException:
             self.state.invalidate()  # an outage may have cut the read short: read everything next time
             raise
-        self._figures, self._read_at = figures, started
+        self._read_at = started
         self.seq += 1
 
-    async def refreshing(self) -> None:
+    async def reading(self) -> None:
         while True:
             try:
-                await self.refresh()
-            except Exception as exc:  # the database may be away; keep the last figures and try again
+                await self.read()
+            except Exception as exc:  # the database may be away; keep the last rendering and try again
                 logger.warning("metrics refresh failed: %s", exc)
             await asyncio.sleep(self.interval)
 
     def rendered(self) -> tuple[int, bytes]:
-        """The newest figures' rendering (made once per refresh) and its sequence number."""
-        if self._rendered is None or self._rendered[0] != self.seq:
-            body = b"" if self._figures is None else render_database_figures(self._figures, self._read_at)
-            self._rendered = (self.seq, body)
+        """The newest rendering and its sequence number: that of the last read, built now if it was not yet, or
+        the last one made when the last read failed."""
+        if self._rendered[0] != self.seq and self._read_at is not None:
+            self._rendered = (self.seq, render_database_figures(self.state.figures(), self._read_at))
         return self._rendered
 
 
@@ -227,7 +226,7 @@ async def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
     configure_logging(settings)
     figures = _Figures(settings)
     await figures.database.pool.open(wait=False)  # the refreshes wait for connections, and log their failures
-    refreshing = asyncio.create_task(figures.refreshing(), name="metaservice-figures-refresh")
+    refreshing = asyncio.create_task(figures.reading(), name="metaservice-figures-read")
     try:
         while line := await reader.readline():  # the end of the input: the server is gone
             seq, body = figures.rendered()

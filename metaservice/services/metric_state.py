@@ -101,6 +101,7 @@ class MetricState:
     def __init__(self, *, full_every: int = FULL_EVERY) -> None:
         self.full_every = full_every
         self._kept: _Kept | None = None
+        self._now = datetime.min.replace(tzinfo=UTC)  # the database's clock at the last read
         self._since_full = 0
         self.full_reason: str | None = None  # why the last refresh read everything (None: it read the changes)
         self.rows_read = 0  # rows the last refresh's statements returned (tests, bench)
@@ -113,6 +114,11 @@ class MetricState:
     async def refresh(self, s: Connection) -> MetricFigures:
         """The figures as of the caller's transaction (REPEATABLE READ: one snapshot), read from what changed since
         the previous refresh, or in full (see the class docstring)."""
+        await self.read(s)
+        return self.figures()
+
+    async def read(self, s: Connection) -> None:
+        """Bring what is kept up to the caller's transaction's snapshot (`refresh` without building the figures)."""
         self.rows_read = self.statements = 0
         try:
             now, snapshot, xmin, started, head = self._count([await metric_rows.probe(s)])[0]
@@ -126,13 +132,18 @@ class MetricState:
             else:
                 self._since_full += 1
             kept.snapshot, kept.xmin, kept.started = snapshot, xmin, started
-            self._kept, self.full_reason = kept, reason
-            # Building every table's figure is Python work in proportion to the catalog (about 40 ms per 10,000
-            # tables here): it runs in the figures process (metrics_process.py), never in a server process.
-            return _figures(kept, now)
+            self._kept, self._now, self.full_reason = kept, now, reason
         except BaseException:
             self._kept = None
             raise
+
+    def figures(self) -> MetricFigures:
+        """The figures as of the last `read`. Python in proportion to the catalog (about 40 ms per 10,000 tables
+        here): the figures process (metrics_process.py) builds them only when a scrape asks, never a server
+        process."""
+        if self._kept is None:
+            raise LookupError("nothing kept: read first")
+        return _figures(self._kept, self._now)
 
     # --- reads ----------------------------------------------------------------------------------------------------
 
