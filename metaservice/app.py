@@ -20,7 +20,7 @@ from metaservice.api.openlineage_outbox import RunOutbox
 from metaservice.db.database import Database
 from metaservice.db.replication import AsyncReplication
 from metaservice.db.replication import inspect_async as inspect_replication
-from metaservice.observability import MetricsRefresher
+from metaservice.metrics_process import FiguresProcess
 from metaservice.openlineage.mapping import DatasetMapping
 from metaservice.runtime import Runtime
 from metaservice.settings import Settings
@@ -41,11 +41,11 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[dict[str, Any]]:
     runtime = Runtime(database)  # the protocol's per-process machinery over the pool (runtime.py)
     app.state.database = database
     app.state.runtime = runtime
-    refresher = MetricsRefresher(database, interval=settings.metrics_refresh_seconds)
-    app.state.metrics_figures = refresher
+    figures = FiguresProcess(settings)  # /metrics' database figures, read by a process of their own
+    app.state.metrics_figures = figures
     try:
         async with AsyncExitStack() as background:
-            await background.enter_async_context(refresher.running())
+            await background.enter_async_context(figures.running())
             background.enter_context(runtime.listener.draining_on_signals())
             if settings.openlineage_url is not None:
                 from metaservice.openlineage.emitter import OpenLineageEmitter  # only when configured

@@ -9,8 +9,9 @@
   tracebacks, so nothing a client sends (a path with `%0a`) can start a line that looks like a record.
 - A request that ends before its body arrived whole gets no answer from the app and is logged with status 499:
   the client went away, or uvicorn's parser refused the body's framing (it answers 400 itself, outside the app).
-- Metrics come from two places. Figures read from the database at scrape time (table delays, job lag and last
-  barrier timings, barriers issued, commits/aborts per job) are the same whichever server process answers.
+- Metrics come from two places. Figures read from the database (table delays, job lag and last barrier timings,
+  barriers issued, commits/aborts per job) are read and rendered in the background by each server process's
+  figures process (metrics_process.py) and are the same whichever server process answers.
   Request counters/latency histograms and DB pool use are per process: with several uvicorn workers a scrape sees
   the worker that served it (run one worker per scrape target, or aggregate with care). We do not use
   prometheus_client's multiprocess mode: it needs an environment variable before import and a shared directory.
@@ -19,15 +20,13 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import logging
 import re
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -42,7 +41,6 @@ from metaservice.db import statements as db_statements
 if TYPE_CHECKING:
     from fastapi import FastAPI
 
-    from metaservice.db.database import Database
     from metaservice.runtime import Runtime
     from metaservice.services.delays import MetricFigures
     from metaservice.settings import Settings
@@ -211,23 +209,22 @@ class HttpMetrics:
         self.openlineage = OpenLineageCounters(self.registry)
         ProcessCollector(registry=self.registry)
         self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
-        # (figures, read_at, their rendering): the database part of the last scrape
-        self._rendered: tuple[MetricFigures | None, float | None, bytes] | None = None
         # the per-process part: (generation, monotonic time, rendering); generate_latest costs ~2.5 ms here
         self._generation = 0
         self._own: tuple[int, float, bytes] | None = None
         self._scraping = asyncio.Lock()
         self._next_scrape = 0.0  # monotonic time the next scrape may render
 
-    async def scrape(self, figures: MetricFigures | None, read_at: float | None, *, pool: dict[str, int]) -> bytes:
-        """`render`, at most `SCRAPES_PER_SECOND` times a second per process: further scrapes wait their turn
-        (a parked coroutine costs nothing), so a flood of scrapes cannot take the event loop from the protocol's
-        requests (measured in bench/overload.py). Prometheus scrapes a target every few seconds."""
+    async def scrape(self, database: Callable[[], Awaitable[bytes]], *, pool: dict[str, int]) -> bytes:
+        """`render` with the database part `database()` gives (the figures process's rendering,
+        metrics_process.py), at most `SCRAPES_PER_SECOND` times a second per process: further scrapes wait their
+        turn (a parked coroutine costs nothing), so a flood of scrapes cannot take the event loop from the
+        protocol's requests (measured in bench/overload.py). Prometheus scrapes a target every few seconds."""
         async with self._scraping:
             pause = self._next_scrape - time.monotonic()
             if pause > 0:
                 await asyncio.sleep(pause)  # rate limit: the flood waits here, idle
-            body = self.render(figures, read_at, pool=pool)
+            body = self.render(await database(), pool=pool)
             self._next_scrape = time.monotonic() + 1 / SCRAPES_PER_SECOND
         return body
 
@@ -248,99 +245,20 @@ class HttpMetrics:
         if statements:
             self.statements.labels(method, route).inc(statements)
 
-    def render(self, figures: MetricFigures | None, read_at: float | None, *, pool: dict[str, int]) -> bytes:
-        """The Prometheus text exposition (format 0.0.4) of this process's metrics plus the database figures
-        (None before the first refresh) and when they were read (Unix time).
+    def render(self, database: bytes, *, pool: dict[str, int]) -> bytes:
+        """The Prometheus text exposition (format 0.0.4) of this process's metrics plus `database`, the database
+        figures rendered by the figures process (empty before its first read).
 
         Rendering costs milliseconds of the one event loop that also serves the protocol, so a flood of scrapes
-        must not re-render what did not change: the database part is rendered once per read of the figures, the
-        per-process part again only after a request other than a scrape was served, or after a second (process
-        CPU and memory). A scrape's own count therefore shows from the next re-render on."""
-        if self._rendered is None or self._rendered[0] is not figures or self._rendered[1] != read_at:
-            families = list(_database_families(figures)) if figures is not None else []
-            if read_at is not None:
-                families.append(
-                    GaugeMetricFamily(
-                        "metaservice_figures_read_timestamp_seconds",
-                        "When the database figures in this scrape were read (Unix time; read in the background).",
-                        value=read_at,
-                    )
-                )
-            database = CollectorRegistry(auto_describe=False)
-            database.register(_Families(families))
-            self._rendered = (figures, read_at, generate_latest(database))
+        must not re-render what did not change: the per-process part is rendered again only after a request other
+        than a scrape was served, or after a second (process CPU and memory). A scrape's own count therefore shows
+        from the next re-render on."""
         now = time.monotonic()
         if self._own is None or self._own[0] != self._generation or now - self._own[1] >= 1.0:
             self._own = (self._generation, now, generate_latest(self.registry))
         scrape = CollectorRegistry(auto_describe=False)
         scrape.register(_Families(list(_pool_families(pool))))
-        return self._own[2] + self._rendered[2] + generate_latest(scrape)
-
-
-class MetricsRefresher:
-    """Reads the database figures of /metrics every `interval` seconds in the background, so a scrape costs no
-    query: a flood of scrapes cannot slow the protocol down. The figures are the same from every process.
-
-    Each process keeps what it read and asks only for what changed since (services/metric_state.py), so a refresh
-    costs in proportion to the changes, not to the catalog; now and then, and after a failed refresh (the database
-    away), it reads everything again. Processes share nothing: each keeps its own."""
-
-    def __init__(self, db: Database, *, interval: float) -> None:
-        from metaservice.services.metric_state import MetricState
-
-        self._db, self._interval = db, interval
-        self.state = MetricState()
-        self.figures: MetricFigures | None = None
-        self.read_at: float | None = None  # Unix time of the read
-
-    async def refresh(self) -> None:
-        from metaservice.db.transaction import in_transaction
-
-        started = time.time()
-        try:
-            self.figures = await in_transaction(
-                self._db, self.state.refresh, isolation="REPEATABLE READ", read_only=True
-            )
-        except BaseException:
-            self.state.invalidate()  # an outage may have cut the read short: read everything next time
-            raise
-        self.read_at = started
-        self._out_of_collections(full=self.state.full_reason is not None)
-
-    @staticmethod
-    def _out_of_collections(*, full: bool) -> None:
-        """Move what the process holds now, the kept catalog and its figures above all, out of the cyclic
-        collector's view (`gc.freeze`).
-
-        The refresh keeps an object per table and job and builds a figure per table and job every few seconds: at
-        100,000 tables half a million long-lived objects. Each collection of the oldest generation walks all of
-        them, holding every thread of the process for 140-260 ms, and the figures each refresh builds triggered one
-        on most refreshes (`POST /versions` p99 336 ms against 3.5 ms on 100 tables). Frozen objects are still
-        freed when nothing refers to them any more (the figures a refresh replaces, what a request held); only
-        cyclic garbage frozen while still in use waits: after a full read (every `FULL_EVERY` refreshes, and after
-        an outage) everything is unfrozen and collected once, then frozen again."""
-        if full:
-            gc.unfreeze()
-            gc.collect()
-        gc.freeze()
-
-    @asynccontextmanager
-    async def running(self) -> AsyncIterator[None]:
-        task = asyncio.create_task(self._loop(), name="metaservice-metrics")
-        try:
-            yield
-        finally:
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-
-    async def _loop(self) -> None:
-        logger = logging.getLogger("metaservice.metrics")
-        while True:
-            try:
-                await self.refresh()
-            except Exception as exc:  # the database may be away; keep the last figures and try again
-                logger.warning("metrics refresh failed: %s", exc)
-            await asyncio.sleep(self._interval)
+        return self._own[2] + database + generate_latest(scrape)
 
 
 class RequestObservability:
@@ -451,6 +369,23 @@ class _Families(Collector):
 
     def collect(self) -> Iterable[Metric]:
         return self.families
+
+
+def render_database_figures(figures: MetricFigures, read_at: float | None) -> bytes:
+    """The database figures read at `read_at` (Unix time) in the Prometheus text format (the figures process's
+    part of every scrape, metrics_process.py)."""
+    families = list(_database_families(figures))
+    if read_at is not None:
+        families.append(
+            GaugeMetricFamily(
+                "metaservice_figures_read_timestamp_seconds",
+                "When the database figures in this scrape were read (Unix time; read in the background).",
+                value=read_at,
+            )
+        )
+    database = CollectorRegistry(auto_describe=False)
+    database.register(_Families(families))
+    return generate_latest(database)
 
 
 def _database_families(figures: MetricFigures) -> Iterator[Metric]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import pydantic_core
 from fastapi import APIRouter, Path, Query, Request, Response
@@ -31,6 +31,9 @@ from metaservice.schemas import (
 )
 from metaservice.services import delays, lineage, lineage_changes, snapshot_lineage
 from metaservice.services.as_of import AS_OF_SCHEMA, parse_as_of
+
+if TYPE_CHECKING:
+    from metaservice.metrics_process import FiguresProcess
 
 router = APIRouter(tags=["inspection"])
 
@@ -181,10 +184,11 @@ async def list_delays(rt: RuntimeDep) -> DelayList:
     responses={200: {"content": {observability.METRICS_CONTENT_TYPE: {}}, "description": "Prometheus text format"}},
 )
 async def metrics(request: Request, db: DatabaseDep) -> Response:
-    """Prometheus text, from memory: database figures are refreshed in the background (the same from every
-    process, at most `METASERVICE_METRICS_REFRESH_SECONDS` old); request and pool figures are per process. With
-    `METASERVICE_METRICS_AUTH=true` (and authentication on) a scrape needs a token of any role."""
-    refresher: observability.MetricsRefresher = request.app.state.metrics_figures
+    """Prometheus text, from memory: database figures are read and rendered in the background by the server's
+    figures process (the same from every process, at most `METASERVICE_METRICS_REFRESH_SECONDS` old); request and
+    pool figures are per process. With `METASERVICE_METRICS_AUTH=true` (and authentication on) a scrape needs a
+    token of any role."""
+    figures: FiguresProcess = request.app.state.metrics_figures
     http_metrics: observability.HttpMetrics = request.app.state.http_metrics
-    body = await http_metrics.scrape(refresher.figures, refresher.read_at, pool=db.pool_figures())
+    body = await http_metrics.scrape(figures.rendering, pool=db.pool_figures())
     return Response(body, media_type=observability.METRICS_CONTENT_TYPE)

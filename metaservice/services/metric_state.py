@@ -1,6 +1,6 @@
 """The /metrics refresh reads only what changed.
 
-Every server process refreshes the database figures of /metrics in the background (observability.py). Reading
+Every server process's figures process refreshes the database figures of /metrics (metrics_process.py). Reading
 them whole (`delays.metric_figures`: every table's newest complete barrier, the lag closure over the whole lineage,
 every job's last run and run counts) costs in proportion to the catalog, every few seconds, even when nothing
 changed. `MetricState` keeps what it read, the inputs of the figures rather than the figures:
@@ -24,7 +24,6 @@ exactly (tests/api/test_metric_state.py compares them after changes of every kin
 
 from __future__ import annotations
 
-import asyncio
 import bisect
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,8 +39,8 @@ from metaservice.services.delays import MetricFigures, TableFigure
 # A refresh reads everything again after this many incremental ones (see `MetricState`).
 FULL_EVERY = 120
 
-# The lineage is kept as tuples of ids, not sets: 180,000 fewer objects for the collector to walk at 100,000
-# tables (see `MetricsRefresher`, observability.py, for how the kept catalog stays out of its collections).
+# The lineage is kept as tuples of ids, not sets: 180,000 fewer objects for the cyclic collector to walk at
+# 100,000 tables.
 
 
 class _Table(NamedTuple):
@@ -102,6 +101,7 @@ class MetricState:
     def __init__(self, *, full_every: int = FULL_EVERY) -> None:
         self.full_every = full_every
         self._kept: _Kept | None = None
+        self._now = datetime.min.replace(tzinfo=UTC)  # the database's clock at the last read
         self._since_full = 0
         self.full_reason: str | None = None  # why the last refresh read everything (None: it read the changes)
         self.rows_read = 0  # rows the last refresh's statements returned (tests, bench)
@@ -114,6 +114,11 @@ class MetricState:
     async def refresh(self, s: Connection) -> MetricFigures:
         """The figures as of the caller's transaction (REPEATABLE READ: one snapshot), read from what changed since
         the previous refresh, or in full (see the class docstring)."""
+        await self.read(s)
+        return self.figures()
+
+    async def read(self, s: Connection) -> None:
+        """Bring what is kept up to the caller's transaction's snapshot (`refresh` without building the figures)."""
         self.rows_read = self.statements = 0
         try:
             now, snapshot, xmin, started, head = self._count([await metric_rows.probe(s)])[0]
@@ -127,14 +132,18 @@ class MetricState:
             else:
                 self._since_full += 1
             kept.snapshot, kept.xmin, kept.started = snapshot, xmin, started
-            self._kept, self.full_reason = kept, reason
-            # Building every table's figure is Python work in proportion to the catalog (about 40 ms per 10,000
-            # tables here): in a thread, the event loop serving the protocol gets the interpreter every few
-            # milliseconds meanwhile instead of stalling the requests that arrive for the whole time.
-            return await asyncio.to_thread(_figures, kept, now)
+            self._kept, self._now, self.full_reason = kept, now, reason
         except BaseException:
             self._kept = None
             raise
+
+    def figures(self) -> MetricFigures:
+        """The figures as of the last `read`. Python in proportion to the catalog (about 40 ms per 10,000 tables
+        here): the figures process (metrics_process.py) builds them only when a scrape asks, never a server
+        process."""
+        if self._kept is None:
+            raise LookupError("nothing kept: read first")
+        return _figures(self._kept, self._now)
 
     # --- reads ----------------------------------------------------------------------------------------------------
 

@@ -7,8 +7,6 @@ the same snapshot and the same `now()`, so every figure, delays and lags include
 
 from __future__ import annotations
 
-import gc
-import weakref
 from collections.abc import Iterator
 
 import anyio
@@ -16,11 +14,8 @@ import httpx
 import psycopg
 import pytest
 
-from metaservice.db.database import Database
-from metaservice.observability import MetricsRefresher
 from metaservice.services.delays import MetricFigures, metric_figures_in
 from metaservice.services.metric_state import MetricState
-from metaservice.settings import Settings
 from tests import support
 from tests.support import table_path
 from tests.support.pipelines import CHAIN, MART_B, RAW_A, Driver
@@ -247,45 +242,3 @@ def seed(url: str, *, pipelines: int) -> None:
 def _empty_afterwards(database_url: str) -> Iterator[None]:
     yield
     support.truncate(database_url)
-
-
-class _Cycle:
-    """Cyclic garbage once dropped: only the collector frees it."""
-
-    def __init__(self) -> None:
-        self.me = self
-
-
-def test_the_refresh_keeps_what_it_holds_out_of_collections_until_a_full_read(database_url: str) -> None:
-    """`MetricsRefresher` freezes the process's objects after each refresh (at 100,000 tables the collector's walks
-    of the kept catalog held the server 140-260 ms on most refreshes), and unfreezes and collects after a full
-    read: the kept state is outside every generation, and cyclic garbage frozen while in use is freed then."""
-
-    async def main() -> None:
-        db = Database(Settings(database_url=database_url))
-        await db.open()
-        refresher = MetricsRefresher(db, interval=60)
-        try:
-            await refresher.refresh()
-            assert refresher.state.full_reason == "nothing kept"
-            kept = refresher.state._kept
-            assert kept is not None and gc.is_tracked(kept)
-            assert not any(o is kept for o in gc.get_objects()), "the kept state is still in a generation"
-
-            held = _Cycle()
-            alive = weakref.ref(held)
-            await refresher.refresh()  # reads what changed, and freezes `held` while it is in use
-            assert refresher.state.full_reason is None
-            del held
-            gc.collect()
-            assert alive() is not None, "frozen cyclic garbage waits for the next full read"
-
-            refresher.state.invalidate()
-            await refresher.refresh()
-            assert refresher.state.full_reason == "nothing kept"
-            assert alive() is None, "a full read unfreezes and collects"
-        finally:
-            gc.unfreeze()
-            await db.close()
-
-    anyio.run(main)
