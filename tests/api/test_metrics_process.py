@@ -13,6 +13,7 @@ import psutil
 import psycopg
 import pytest
 
+from metaservice.db import migrate
 from tests import support
 from tests.support import scrape, scrape_once
 
@@ -35,25 +36,32 @@ def _figures_process(server: support.ServerProcess) -> psutil.Process:
 
 
 def _backends(url: str, application: str) -> set[int]:
-    """The server processes of PostgreSQL serving the connections named `application`."""
+    """The server processes of PostgreSQL serving the connections to `url`'s database named `application`."""
     with psycopg.connect(url, autocommit=True) as conn:
-        query = "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+        query = "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND datname = current_database()"
         return {pid for (pid,) in conn.execute(query, (application,))}
 
 
+@pytest.fixture(name="figures_url")
+def fx_figures_url(admin_url: str, worker_id: str) -> str:
+    """A database of these tests' own: no other server (the worker's shared one) has a figures process on it."""
+    url = support.fresh_database(admin_url, f"ms_figures_{worker_id}")
+    migrate.upgrade(url)
+    return url
+
+
 @pytest.fixture(name="figures_server")
-def fx_figures_server(database_url: str, tmp_path: Path) -> Iterator[support.ServerProcess]:
+def fx_figures_server(figures_url: str, tmp_path: Path) -> Iterator[support.ServerProcess]:
     env = {"METASERVICE_METRICS_REFRESH_SECONDS": "0.2"}
-    server = support.ServerProcess(database_url, env=env, log_path=tmp_path / "server.log").start()
+    server = support.ServerProcess(figures_url, env=env, log_path=tmp_path / "server.log").start()
     try:
         yield server
     finally:
         server.stop()
-        support.truncate(database_url)
 
 
 def test_the_figures_are_read_by_a_process_of_their_own(
-    figures_server: support.ServerProcess, database_url: str
+    figures_server: support.ServerProcess, figures_url: str
 ) -> None:
     """The refresh's connection belongs to the figures process, not to the process that serves requests: it ends
     with the figures process while the server's own connections stay. The figures' Python (in proportion to the
@@ -62,18 +70,18 @@ def test_the_figures_are_read_by_a_process_of_their_own(
     with httpx.Client(base_url=figures_server.base_url, timeout=30) as api:
         api.post("/barriers").raise_for_status()
         assert scrape(api)["metaservice_barriers_issued_total"][0].value == 1
-        figures = _backends(database_url, "metaservice-figures")
-        serving = _backends(database_url, "metaservice")
+        figures = _backends(figures_url, "metaservice-figures")
+        serving = _backends(figures_url, "metaservice")
         assert len(figures) == 1 and serving
         assert child.nice() > psutil.Process(child.ppid()).nice(), "the figures yield the CPU to the server"
 
         child.kill()
         support.wait_until(
-            lambda: not figures & _backends(database_url, "metaservice-figures"),
+            lambda: not figures & _backends(figures_url, "metaservice-figures"),
             timeout=30,
             what="the figures' connection to end with the figures process",
         )
-        assert serving <= _backends(database_url, "metaservice"), "the server's connections stayed"
+        assert serving <= _backends(figures_url, "metaservice"), "the server's connections stayed"
         assert api.get("/readyz").status_code == 200
 
 
