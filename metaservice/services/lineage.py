@@ -162,7 +162,8 @@ class _Links:
     of the jobs reached.
 
     `known` is how many levels from the walk's start the links are complete for. Sets are dicts of ids, which the
-    garbage collector does not track (answers hold tens of thousands of them).
+    garbage collector does not track (answers hold tens of thousands of them). `rows` holds what each fetch
+    returned.
     """
 
     upstream: bool
@@ -170,7 +171,7 @@ class _Links:
     known: int = 0
     jobs_of: dict[int, dict[int, None]] = field(default_factory=dict)
     far_of: dict[int, dict[int, None]] = field(default_factory=dict)
-    rows: list[WalkRow] = field(default_factory=list)
+    rows: list[list[WalkRow]] = field(default_factory=list)
 
     async def fetch(
         self, s: Connection, *, frontier: Sequence[int], level: int, depth: int, max_nodes: int, first: int | None
@@ -182,9 +183,9 @@ class _Links:
         rows = await lineage_rows.walk(
             s, starts=frontier, upstream=self.upstream, depth=depth - level, budget=max_nodes, first=first, at=self.at
         )
-        self.rows += rows
+        self.rows.append(rows)
         deepest = total = 0
-        for row_level, rows_so_far, job, table, role in rows:
+        for role, table, job, row_level, rows_so_far in rows:
             if row_level > deepest:
                 deepest, total = row_level, rows_so_far
             tables = far_of.get(job)
@@ -230,7 +231,7 @@ async def _around(s: Connection, *, start: int, direction: str, depth: int, max_
     picked = _Picked(max_nodes)
     picked.tables[start] = None
     ways = {"upstream": (True,), "downstream": (False,), "both": (True, False)}[direction]
-    walked: list[WalkRow] = []
+    walked: list[list[WalkRow]] = []
     for upstream in ways:  # upstream first, as the picked sets are shared
         if depth == 0 or picked.truncated:
             break
@@ -243,10 +244,13 @@ async def _around(s: Connection, *, start: int, direction: str, depth: int, max_
                 await links.fetch(s, frontier=frontier, level=level, depth=depth, max_nodes=max_nodes, first=None)
             frontier = _take_level(picked, frontier, links)
         walked += links.rows
-    # the walk brought every edge of every job picked; keep those among picked nodes, by role, table and job
+    # The walk brought every edge of every job picked; keep those among picked nodes, by role, table and job. Each
+    # role apart: ids mostly grow in registration order, so its edges come nearly sorted, which costs the sort little.
     jobs, tables = picked.jobs, picked.tables
-    among = {(role, table, job) for _, _, job, table, role in walked if job in jobs and table in tables}
-    picked.edges = [(job, table, role) for role, table, job in sorted(among)]
+    picked.edges = []
+    for role in ("sink", "source"):  # code point order, as PostgreSQL's C collation orders them
+        among = [(t, j) for rows in walked for r, t, j, _, _ in rows if r == role and j in jobs and t in tables]
+        picked.edges += [(job, table, role) for table, job in sorted(dict.fromkeys(among))]
     return picked
 
 
