@@ -83,12 +83,16 @@ async def get_lineage(
     zone; 404 for a barrier never issued.
     """
     spec = None if as_of is None else parse_as_of(as_of)
-    graph = await lineage.lineage_graph(
-        db, table=table, direction=direction, depth=depth, max_nodes=max_nodes, as_of=spec
-    )
     # Serialised directly from plain data in the model's wire shape: answers run to tens of thousands of nodes, and
-    # building and validating models for them would cost more than the rest of the request.
-    return Response(pydantic_core.to_json(graph), media_type="application/json")
+    # building and validating models for them would cost more than the rest of the request. The data is dropped
+    # before the collector resumes.
+    with lineage.collection_paused():
+        body = pydantic_core.to_json(
+            await lineage.lineage_graph(
+                db, table=table, direction=direction, depth=depth, max_nodes=max_nodes, as_of=spec
+            )
+        )
+    return Response(body, media_type="application/json")
 
 
 @router.get("/lineage/changes", response_model=LineageChangeList, responses=problems())

@@ -112,18 +112,19 @@ async def lineage_graph(
             s, picked, now=now, table=table, direction=direction, depth=None if table is None else depth, at=at
         )
 
-    with _collection_paused():
+    with collection_paused():
         return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
 
 
 @contextmanager
-def _collection_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while an answer is built.
+def collection_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while an answer is built (and, around this, serialised and dropped).
 
     An answer is tens of thousands of short-lived containers (rows, nodes) that reference counting frees when the
     request ends. Collections while they are alive only promote them to the oldest generation, which then brings
-    collections of the whole heap, tens of milliseconds each: the slowest percentiles of this endpoint. Paused
-    only when it was running (a concurrent build may have paused it already).
+    collections of the whole heap, tens of milliseconds each: the slowest percentiles of this endpoint; resumed
+    while the answer is still alive, the collector's first pass walks it once more. Paused only when it was
+    running (a concurrent build may have paused it already).
     """
     if not gc.isenabled():
         yield
