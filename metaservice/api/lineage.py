@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated
 
+import orjson
 import pydantic_core
 from fastapi import APIRouter, Path, Query, Request, Response
 from pydantic import BeforeValidator
@@ -83,12 +84,18 @@ async def get_lineage(
     zone; 404 for a barrier never issued.
     """
     spec = None if as_of is None else parse_as_of(as_of)
-    graph = await lineage.lineage_graph(
-        db, table=table, direction=direction, depth=depth, max_nodes=max_nodes, as_of=spec
-    )
     # Serialised directly from plain data in the model's wire shape: answers run to tens of thousands of nodes, and
-    # building and validating models for them would cost more than the rest of the request.
-    return Response(pydantic_core.to_json(graph), media_type="application/json")
+    # building and validating models for them would cost more than the rest of the request. orjson writes the bytes
+    # pydantic writes for every kind of value an answer holds (tests/unit/test_lineage_json.py), 2.5x faster. The
+    # data is dropped before the collector resumes.
+    with lineage.collection_paused():
+        body = orjson.dumps(
+            await lineage.lineage_graph(
+                db, table=table, direction=direction, depth=depth, max_nodes=max_nodes, as_of=spec
+            ),
+            option=orjson.OPT_UTC_Z,
+        )
+    return Response(body, media_type="application/json")
 
 
 @router.get("/lineage/changes", response_model=LineageChangeList, responses=problems())

@@ -112,18 +112,19 @@ async def lineage_graph(
             s, picked, now=now, table=table, direction=direction, depth=None if table is None else depth, at=at
         )
 
-    with _collection_paused():
+    with collection_paused():
         return await in_transaction(db, work, isolation="REPEATABLE READ", read_only=True)
 
 
 @contextmanager
-def _collection_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while an answer is built.
+def collection_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while an answer is built (and, around this, serialised and dropped).
 
     An answer is tens of thousands of short-lived containers (rows, nodes) that reference counting frees when the
     request ends. Collections while they are alive only promote them to the oldest generation, which then brings
-    collections of the whole heap, tens of milliseconds each: the slowest percentiles of this endpoint. Paused
-    only when it was running (a concurrent build may have paused it already).
+    collections of the whole heap, tens of milliseconds each: the slowest percentiles of this endpoint; resumed
+    while the answer is still alive, the collector's first pass walks it once more. Paused only when it was
+    running (a concurrent build may have paused it already).
     """
     if not gc.isenabled():
         yield
@@ -162,7 +163,8 @@ class _Links:
     of the jobs reached.
 
     `known` is how many levels from the walk's start the links are complete for. Sets are dicts of ids, which the
-    garbage collector does not track (answers hold tens of thousands of them).
+    garbage collector does not track (answers hold tens of thousands of them). `rows` holds what each fetch
+    returned.
     """
 
     upstream: bool
@@ -170,7 +172,7 @@ class _Links:
     known: int = 0
     jobs_of: dict[int, dict[int, None]] = field(default_factory=dict)
     far_of: dict[int, dict[int, None]] = field(default_factory=dict)
-    rows: list[WalkRow] = field(default_factory=list)
+    rows: list[list[WalkRow]] = field(default_factory=list)
 
     async def fetch(
         self, s: Connection, *, frontier: Sequence[int], level: int, depth: int, max_nodes: int, first: int | None
@@ -182,9 +184,9 @@ class _Links:
         rows = await lineage_rows.walk(
             s, starts=frontier, upstream=self.upstream, depth=depth - level, budget=max_nodes, first=first, at=self.at
         )
-        self.rows += rows
+        self.rows.append(rows)
         deepest = total = 0
-        for row_level, rows_so_far, job, table, role in rows:
+        for role, table, job, row_level, rows_so_far in rows:
             if row_level > deepest:
                 deepest, total = row_level, rows_so_far
             tables = far_of.get(job)
@@ -230,7 +232,7 @@ async def _around(s: Connection, *, start: int, direction: str, depth: int, max_
     picked = _Picked(max_nodes)
     picked.tables[start] = None
     ways = {"upstream": (True,), "downstream": (False,), "both": (True, False)}[direction]
-    walked: list[WalkRow] = []
+    walked: list[list[WalkRow]] = []
     for upstream in ways:  # upstream first, as the picked sets are shared
         if depth == 0 or picked.truncated:
             break
@@ -243,10 +245,13 @@ async def _around(s: Connection, *, start: int, direction: str, depth: int, max_
                 await links.fetch(s, frontier=frontier, level=level, depth=depth, max_nodes=max_nodes, first=None)
             frontier = _take_level(picked, frontier, links)
         walked += links.rows
-    # the walk brought every edge of every job picked; keep those among picked nodes, by role, table and job
+    # The walk brought every edge of every job picked; keep those among picked nodes, by role, table and job. Each
+    # role apart: ids mostly grow in registration order, so its edges come nearly sorted, which costs the sort little.
     jobs, tables = picked.jobs, picked.tables
-    among = {(role, table, job) for _, _, job, table, role in walked if job in jobs and table in tables}
-    picked.edges = [(job, table, role) for role, table, job in sorted(among)]
+    picked.edges = []
+    for role in ("sink", "source"):  # code point order, as PostgreSQL's C collation orders them
+        among = [(t, j) for rows in walked for r, t, j, _, _ in rows if r == role and j in jobs and t in tables]
+        picked.edges += [(job, table, role) for table, job in sorted(dict.fromkeys(among))]
     return picked
 
 
