@@ -7,13 +7,14 @@ requests for the one interpreter lock, however it was threaded: `POST /versions`
 over 0.6 s after a start, against 3.5 ms on 100 tables (docs/measurements.md). Here it runs in a child process on
 its own connection, at a lower CPU priority, and the server only copies the child's rendering into a scrape.
 
-The child (`python -m metaservice.metrics_process`) reads its settings as one JSON line on stdin, refreshes
-(`services/metric_state.py`) every `metrics_refresh_seconds`, and answers requests on stdin with frames on stdout:
-the server writes the sequence number of the rendering it holds; the child answers `<seq> <length>\\n`
-followed by `length` bytes of Prometheus text, or a length of 0 when the server's copy is still the newest (each
-rendering is made once per refresh, when first asked for). The child ends when its stdin closes: the server
-stopped, or died (`kill -9`), so no child outlives its server. The server starts a new child when one dies, and
-serves its last copy meanwhile; `metaservice_figures_read_timestamp_seconds` tells how old it is.
+The child (`python -m metaservice.metrics_process`) reads its settings as one JSON line on stdin, reads what
+changed (`services/metric_state.py`) every `metrics_refresh_seconds`, and answers requests on stdin with frames on
+stdout: the server writes the sequence number of the rendering it holds; the child answers `<seq> <length>\\n`
+followed by `length` bytes of Prometheus text, or a length of 0 when the server's copy is still the newest (the
+figures are built and rendered once per read, when first asked for). The child ends when its stdin closes: the
+server stopped, or died (`kill -9`), so no child outlives its server; it runs in a session of its own, so signals
+meant for the server do not reach it. The server starts a new child when one dies, and serves its last copy
+meanwhile; `metaservice_figures_read_timestamp_seconds` tells how old it is.
 """
 
 from __future__ import annotations
@@ -140,6 +141,9 @@ class FiguresProcess:
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             limit=1 << 20,
+            # Not in the server's process group: a SIGTERM to the group (a service manager stopping the server)
+            # would end the child first, and the server would start another while stopping.
+            start_new_session=True,
         )
         self._process, self._seq = process, -1
         assert process.stdin is not None
@@ -243,7 +247,10 @@ async def _serve(requests: IO[bytes], answers: IO[bytes]) -> None:
 
 def main() -> None:
     """The child's entry point (see the module docstring)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: the server decides
+    # It ends when its input closes, however its server ends: signals meant for the server are not for it (it runs
+    # in a session of its own, so a terminal's Ctrl-C or a signal to the server's process group does not reach it).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     with contextlib.suppress(OSError):
         os.nice(NICE)
     # The frames go to a private copy of stdout; whatever else writes to stdout goes to stderr instead of into them.

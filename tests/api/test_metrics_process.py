@@ -118,3 +118,6 @@ def test_no_figures_process_outlives_its_server(figures_server: support.ServerPr
         child.wait(timeout=30)
     except psutil.TimeoutExpired:
         pytest.fail(f"the figures process {child.pid} outlived its server")
+    if how == "stop":  # the group's SIGTERM reached the child too: it waited for its server to close its input
+        assert figures_server.log_path is not None
+        assert "the figures process ended" not in figures_server.log_path.read_text()
