@@ -225,7 +225,13 @@ class StreamingJob:
         self._roots = [t for t in self.sources if self.client.get_table(t).get("kind") == "root"]
         _source.register_stream_source(self.spark)
 
-    def read(self, table: str, *, on_rewrite: Literal["fail", "full", "abort"] = "fail") -> DataFrame:
+    def read(
+        self,
+        table: str,
+        *,
+        on_rewrite: Literal["fail", "full", "abort"] = "fail",
+        columns: Sequence[str] | None = None,
+    ) -> DataFrame:
         """`table` as a stream: one micro-batch per barrier, holding the rows added since the previous barrier.
 
         Args:
@@ -233,12 +239,16 @@ class StreamingJob:
             on_rewrite: when the input was overwritten, merged or restored since the previous barrier: "fail"
                 (the query stops with `NotAppendOnly`; the barrier stays in flight), "full" (the micro-batch
                 reads it whole: write with Merge or OverwritePartitions), "abort" (the barrier is given up).
+            columns: the columns the query needs, in this order (default: all). Spark cannot prune the columns
+                of a Python data source, and handing rows from Python to Spark costs in proportion to the
+                columns, so a query that needs a few of a wide table's columns names them here.
 
         Raises:
-            KeyError: not a source of the job. ValueError: the table holds no snapshot yet.
+            KeyError: not a source of the job, or a column the table lacks. ValueError: the table holds no
+                snapshot yet.
 
         Example:
-            orders = job.read("lake.raw.orders", on_rewrite="full")
+            orders = job.read("lake.raw.orders", on_rewrite="full", columns=["order_id", "qty", "at"])
         """
         if table not in self.sources:
             raise KeyError(f"{table!r} is not a source of streaming job {self.job_id!r}; sources: {self.sources}")
@@ -253,6 +263,10 @@ class StreamingJob:
                 "write it once (a root: append to it; a job's output: run that job) and start the query then"
             )
         schema = self.catalog.read_at(self.spark, table, latest).schema
+        if columns is not None:
+            if missing := [c for c in columns if c not in schema.fieldNames()]:
+                raise KeyError(f"{table!r} has no columns {missing}; its columns: {', '.join(schema.fieldNames())}")
+            schema = type(schema)([schema[c] for c in columns])
         return self._stream(table, schema, on_rewrite=on_rewrite, rows=True)
 
     def _stream(self, table: str, schema: StructType | str, *, on_rewrite: str, rows: bool) -> DataFrame:
