@@ -32,9 +32,9 @@ except ImportError as exc:  # pyspark < 4.2: no Python stream source with admiss
         f"availableNow); pyspark {pyspark.__version__} is installed"
     ) from exc
 
-from spark_client._http import MetaServiceClient, StartAt, check_start
 from spark_client.catalog.base import NotAppendOnly
 from spark_client.errors import NotInFlight
+from spark_client.models import StartAt, check_start
 from spark_client.streaming._catalogs import added_files, catalog_from_spec, snapshot_files
 from spark_client.streaming._offsets import BarrierOffset
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
+    from spark_client._http import MetaServiceClient
     from spark_client.catalog.base import Catalog
 
 logger = logging.getLogger("spark_client.streaming")
@@ -127,6 +128,10 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def client(self) -> MetaServiceClient:
         if self._client is None:
+            # imported here: only the driver's source process calls MetaService; Spark's planner processes and
+            # the executors' readers import this module and need not load the HTTP stack (about 0.16 s)
+            from spark_client._http import MetaServiceClient
+
             self._client = MetaServiceClient(self.url)
         return self._client
 
