@@ -355,7 +355,7 @@ class StreamingJob:
 
         The query is a Structured Streaming query like `start`'s (the same offsets, checkpoint, triggers,
         progress and exactly-once replay), but its `metaservice` stream only plans: the micro-batch's rows are
-        not handed over by the source's Python readers (0.2-0.3 CPU-seconds per million rows of three columns
+        not handed over by the source's Python readers (0.1-0.3 CPU-seconds per million rows of three columns
         more than Spark's reader, docs/measurements.md). Nothing is kept from one micro-batch to the next except
         what the sinks hold, so a query with state (an aggregation over barriers, a watermark, deduplication,
         a stream-stream join) runs with `start`. Spark reports 0 input rows for these micro-batches.

@@ -9,7 +9,7 @@ executors. A restart from the checkpoint replays the journaled offset: the same 
 
 With the option `rows=false` the source only plans: its micro-batches carry the offsets and no rows, and the
 job reads each barrier's files itself with Spark's parquet reader (`StreamingJob.start_stateless`). Handing
-rows from Python workers to Spark costs 0.2-0.3 CPU-seconds per million rows of three columns on top of
+rows from Python workers to Spark costs 0.1-0.3 CPU-seconds per million rows of three columns on top of
 Spark's own reader (docs/measurements.md, 2026-12-02); a stateless query need not pay it.
 """
 
@@ -232,6 +232,9 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return snapshots
 
 
+_WORKER_FROZEN = False
+
+
 def freeze_worker_objects() -> None:
     """Move the objects of this Python worker to the collector's permanent generation, once per process.
 
@@ -250,9 +253,6 @@ def freeze_worker_objects() -> None:
     if not _WORKER_FROZEN:
         gc.freeze()
         _WORKER_FROZEN = True
-
-
-_WORKER_FROZEN = False
 
 
 def spread(files: Sequence[str], parallelism: int, most: int) -> list[list[str]]:
