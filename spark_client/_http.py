@@ -35,7 +35,9 @@ from spark_client.models import (
     Registration,
     Retention,
     RollbackPlan,
+    StartAt,
     TableVersion,
+    check_start,
 )
 
 logger = logging.getLogger("spark_client")
@@ -50,8 +52,6 @@ _OPENLINEAGE_PARENT = re.compile(
 )
 Consistency = Literal["strong", "weak"]
 Direction = Literal["upstream", "downstream", "both"]
-StartAt = Literal["newest", "earliest"] | int
-"""Where a job's first barrier is: the newest its inputs settled, the earliest (a backfill), or a barrier."""
 
 # The request provably never reached the server: safe to repeat even when the call is not idempotent.
 _NOT_SENT: tuple[type[httpx.TransportError], ...] = (
@@ -104,17 +104,6 @@ def _check_base_url(base_url: str) -> None:
         raise ValueError(
             f"base_url must be an absolute http(s) URL with a host, e.g. 'http://127.0.0.1:8080'; got {base_url!r}"
         )
-
-
-def check_start(start: object) -> StartAt:
-    """`start` as the server takes it: "newest", "earliest" or a positive barrier value.
-
-    Example:
-        check_start("earliest")
-    """
-    if start in ("newest", "earliest") or (isinstance(start, int) and not isinstance(start, bool) and start > 0):
-        return start
-    raise ValueError(f"start must be 'newest', 'earliest' or a barrier (a positive integer), got {start!r}")
 
 
 def check_openlineage_parent(value: str | None) -> str | None:

@@ -464,15 +464,7 @@ class EtlJob:
             return reused
         inputs = Inputs(self.spark, self.catalog, decision.inputs, barrier=barrier, job_id=self.job_id)
         frames = self._checked_result(transform(inputs), barrier)
-        for sink in pending:
-            if isinstance(modes[sink], Overwrite) and inputs.incremental:
-                raise UnsafeWriteMode(
-                    f"job {self.job_id!r}, barrier {barrier}: the transform read {sorted(inputs.incremental)} "
-                    f"incrementally (inputs.changes) but sink {sink!r} is written with Overwrite, which would "
-                    "replace the whole table with this barrier's changes and lose the rows of earlier barriers. "
-                    "Write it with Append, Merge, OverwritePartitions or ReplaceWhere, or read the input whole "
-                    "with inputs[name]; nothing was written"
-                )
+        self._check_overwrites(inputs, {sink: modes[sink] for sink in pending})
         for sink in pending:
             mode = modes[sink]
             self._check_in_flight(barrier, before=sink)  # work the server gave up is not done
@@ -485,6 +477,18 @@ class EtlJob:
                     job_id=self.job_id, table=sink, barrier=barrier, keys=list(exc.keys), sample=exc.sample
                 ) from exc
         return reused
+
+    def _check_overwrites(self, inputs: Inputs, modes: Mapping[str, WriteMode]) -> None:
+        """Refuse a whole-table `Overwrite` of a sink when the transform read an input incrementally."""
+        for sink, mode in modes.items():
+            if isinstance(mode, Overwrite) and inputs.incremental:
+                raise UnsafeWriteMode(
+                    f"job {self.job_id!r}, barrier {inputs.barrier}: the transform read "
+                    f"{sorted(inputs.incremental)} incrementally (inputs.changes) but sink {sink!r} is written with "
+                    "Overwrite, which would replace the whole table with this barrier's changes and lose the rows of "
+                    "earlier barriers. Write it with Append, Merge, OverwritePartitions or ReplaceWhere, or read the "
+                    "input whole with inputs[name]; nothing was written"
+                )
 
     def _check_in_flight(self, barrier: int, *, before: str) -> None:
         """Raise `_AbortedMeanwhile` when the server no longer holds `barrier` in flight for the job."""

@@ -19,9 +19,23 @@ Action = Literal["process", "wait", "idle"]
 Consistency = Literal["strong", "weak"]
 Role = Literal["source", "sink"]
 
+StartAt = Literal["newest", "earliest"] | int
+"""Where a job's first barrier is: the newest its inputs settled, the earliest (a backfill), or a barrier."""
+
 _ACTIONS: frozenset[str] = frozenset({"process", "wait", "idle"})
 _CONSISTENCIES: frozenset[str] = frozenset({"strong", "weak"})
 _ROLES: frozenset[str] = frozenset({"source", "sink"})
+
+
+def check_start(start: object) -> StartAt:
+    """`start` as the server takes it: "newest", "earliest" or a positive barrier value.
+
+    Example:
+        check_start("earliest")
+    """
+    if start in ("newest", "earliest") or (isinstance(start, int) and not isinstance(start, bool) and start > 0):
+        return start
+    raise ValueError(f"start must be 'newest', 'earliest' or a barrier (a positive integer), got {start!r}")
 
 
 def parse_time(value: str) -> datetime:
@@ -470,6 +484,8 @@ __all__ = [
     "Retention",
     "RollbackPlan",
     "SinkBaseline",
+    "StartAt",
     "TableVersion",
+    "check_start",
     "parse_time",
 ]

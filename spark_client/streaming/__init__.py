@@ -9,18 +9,55 @@ Example:
     job.register()
     query = job.start(job.read("lake.raw.orders"), mode=Append(), trigger={"availableNow": True})
     query.awaitTermination()
+
+Imports are lazy (PEP 562), as in `spark_client`: Spark's Python processes that plan and read the `metaservice`
+source import `spark_client.streaming.source` only, not the job and the HTTP client.
 """
 
-from spark_client.streaming.job import (
-    BatchResult,
-    CheckpointAfterRollback,
-    StreamingJob,
-    UnexpectedMicroBatch,
-    UnsupportedTrigger,
-    check_trigger,
-)
-from spark_client.streaming.progress import BarrierFigures, BarrierProgress
-from spark_client.streaming.source import MetaServiceDataSource, register_stream_source
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spark_client.streaming.job import (
+        BatchResult,
+        CheckpointAfterRollback,
+        StreamingJob,
+        UnexpectedMicroBatch,
+        UnsupportedTrigger,
+        check_trigger,
+    )
+    from spark_client.streaming.progress import BarrierFigures, BarrierProgress
+    from spark_client.streaming.source import MetaServiceDataSource, register_stream_source
+
+# public name → the module defining it
+_MODULES = {
+    "BarrierFigures": "spark_client.streaming.progress",
+    "BarrierProgress": "spark_client.streaming.progress",
+    "BatchResult": "spark_client.streaming.job",
+    "CheckpointAfterRollback": "spark_client.streaming.job",
+    "MetaServiceDataSource": "spark_client.streaming.source",
+    "StreamingJob": "spark_client.streaming.job",
+    "UnexpectedMicroBatch": "spark_client.streaming.job",
+    "UnsupportedTrigger": "spark_client.streaming.job",
+    "check_trigger": "spark_client.streaming.job",
+    "register_stream_source": "spark_client.streaming.source",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'spark_client.streaming' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_MODULES})
+
 
 __all__ = [
     "BarrierFigures",

@@ -6,11 +6,17 @@ new root data leads to a new barrier) and answers an offset carrying the barrier
 input and the baseline of every sink. Spark journals that offset before the micro-batch runs; the rows of the
 micro-batch are the parquet files the input's snapshot has and the previous one lacks, read by Arrow in the
 executors. A restart from the checkpoint replays the journaled offset: the same barrier, the same files.
+
+With the option `rows=false` the source only plans: its micro-batches carry the offsets and no rows, and the
+job reads each barrier's files itself with Spark's parquet reader (`StreamingJob.start_stateless`). Handing
+rows from Python workers to Spark costs 0.1-0.3 CPU-seconds per million rows of three columns on top of
+Spark's own reader (docs/measurements.md, 2026-12-02); a stateless query need not pay it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import logging
 from collections.abc import Iterator, Sequence
@@ -27,9 +33,9 @@ except ImportError as exc:  # pyspark < 4.2: no Python stream source with admiss
         f"availableNow); pyspark {pyspark.__version__} is installed"
     ) from exc
 
-from spark_client._http import MetaServiceClient, StartAt, check_start
 from spark_client.catalog.base import NotAppendOnly
 from spark_client.errors import NotInFlight
+from spark_client.models import StartAt, check_start
 from spark_client.streaming._catalogs import added_files, catalog_from_spec, snapshot_files
 from spark_client.streaming._offsets import BarrierOffset
 
@@ -38,6 +44,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
+    from spark_client._http import MetaServiceClient
     from spark_client.catalog.base import Catalog
 
 logger = logging.getLogger("spark_client.streaming")
@@ -70,6 +77,7 @@ class MetaServiceDataSource(DataSource):
     - `on_rewrite`: "fail" (default), "full" or "abort": what a micro-batch does when its input was
       overwritten, merged or restored since the previous barrier (as `Inputs.changes`).
     - `openlineage_parent`: the OpenLineage parent run sent with `next` and abort (as `EtlJob`'s); empty: none.
+    - `rows`: "true" (default) or "false": plan only, micro-batches without rows (the job reads the files).
     """
 
     @classmethod
@@ -104,6 +112,10 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.files_per_partition = int(options.get("files_per_partition") or FILES_PER_PARTITION)
         self.parallelism = int(options.get("parallelism") or PARALLELISM)
         self.openlineage_parent = options.get("openlineage_parent") or None
+        rows = (options.get("rows") or "true").lower()
+        if rows not in ("true", "false"):
+            raise ValueError(f"rows must be 'true' or 'false', got {rows!r}")
+        self.rows = rows == "true"
         self.schema = schema
         self._frozen_roots: dict[str, int] | None = None  # availableNow: the root snapshots at its start
         self._client: MetaServiceClient | None = None
@@ -117,6 +129,10 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     @property
     def client(self) -> MetaServiceClient:
         if self._client is None:
+            # imported here: only the driver's source process calls MetaService; Spark's planner processes and
+            # the executors' readers import this module and need not load the HTTP stack (about 0.16 s)
+            from spark_client._http import MetaServiceClient
+
             self._client = MetaServiceClient(self.url)
         return self._client
 
@@ -153,7 +169,7 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         offset = BarrierOffset.from_json(end)
-        if offset.barrier == 0 or offset.barrier == BarrierOffset.from_json(start).barrier:
+        if not self.rows or offset.barrier == 0 or offset.barrier == BarrierOffset.from_json(start).barrier:
             return []
         groups = spread(self._files(offset), self.parallelism, self.files_per_partition)
         return [FilesPartition(group) for group in groups]
@@ -194,6 +210,7 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         import pyarrow.dataset as pads
         from pyspark.sql.pandas.types import to_arrow_schema
 
+        freeze_worker_objects()
         assert isinstance(partition, FilesPartition)
         schema = to_arrow_schema(self.schema, timezone="UTC")
         dataset = pads.dataset(partition.files, schema=schema, format="parquet")
@@ -213,6 +230,29 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if latest is not None:
                 snapshots[table] = latest
         return snapshots
+
+
+_WORKER_FROZEN = False
+
+
+def freeze_worker_objects() -> None:
+    """Move the objects of this Python worker to the collector's permanent generation, once per process.
+
+    pyspark's daemon runs `gc.collect()` after every task of a reused worker. With pyspark, pyarrow and this
+    package loaded, that is a full collection over about 78,000 objects: 40-55 ms of CPU per task, more than a
+    task's own Python work on a barrier of a few files (docs/measurements.md, 2026-12-02). The objects alive
+    once the reader's modules are imported are the worker's modules and the like, which live as long as the
+    process; frozen, the collection after each task looks only at what later tasks made (about 250 objects,
+    0.1 ms). Objects frozen here are never freed by the cyclic collector (reference counting still frees them):
+    at most one task's setup, once per process. Later tasks' garbage is collected as before.
+
+    Example:
+        freeze_worker_objects()   # the first read in a worker process; a no-op afterwards
+    """
+    global _WORKER_FROZEN
+    if not _WORKER_FROZEN:
+        gc.freeze()
+        _WORKER_FROZEN = True
 
 
 def spread(files: Sequence[str], parallelism: int, most: int) -> list[list[str]]:

@@ -1,8 +1,10 @@
 """The streaming job of the crash matrix, run in-process and as a driver killed at a failpoint.
 
-`python -m tests.streaming.crash_stream BASE_URL FORMAT LAKE_ROOT CHECKPOINT TRIGGER` runs the query until no
-barrier is left (availableNow: until it stops; processingTime: `processAllAvailable`); with
+`python -m tests.streaming.crash_stream BASE_URL FORMAT LAKE_ROOT CHECKPOINT TRIGGER PATH` runs the query until
+no barrier is left (availableNow: until it stops; processingTime: `processAllAvailable`); with
 `METASERVICE_CLIENT_FAILPOINT` set, the driver dies there (SIGKILL), as `spark_client._failpoints` describes.
+PATH is "rows" (`job.start`: the rows flow through the stream) or "files" (`job.start_stateless`: the same
+computation as a batch transform per micro-batch, the barrier's files read by Spark's parquet reader).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
 
 from spark_client import MetaServiceClient
 from spark_client.catalog import Catalog
@@ -53,9 +56,20 @@ def make_job(spark: SparkSession, client: MetaServiceClient, catalog: Catalog, c
     return job
 
 
-def run(job: StreamingJob, trigger: str) -> None:
+PATHS = ("rows", "files")
+
+
+def start(job: StreamingJob, trigger: str, path: str) -> StreamingQuery:
+    if path == "files":
+        return job.start_stateless(
+            lambda inputs: {OUT: transform(inputs.changes(RAW))}, mode=Append(), trigger=TRIGGERS[trigger]
+        )
+    return job.start(transform(job.read(RAW)), mode=Append(), trigger=TRIGGERS[trigger])
+
+
+def run(job: StreamingJob, trigger: str, path: str = "rows") -> None:
     """Process every barrier there is now, then stop."""
-    query = started(lambda: job.start(transform(job.read(RAW)), mode=Append(), trigger=TRIGGERS[trigger]))
+    query = started(lambda: start(job, trigger, path))
     try:
         if trigger == "availableNow":
             query.awaitTermination()
@@ -65,7 +79,7 @@ def run(job: StreamingJob, trigger: str) -> None:
         raise RuntimeError(f"the streaming query failed: {query.exception()}")
 
 
-def main(base_url: str, format_name: str, lake_root: str, checkpoint: str, trigger: str) -> None:
+def main(base_url: str, format_name: str, lake_root: str, checkpoint: str, trigger: str, path: str) -> None:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = (
@@ -76,8 +90,8 @@ def main(base_url: str, format_name: str, lake_root: str, checkpoint: str, trigg
         .getOrCreate()
     )
     with MetaServiceClient(base_url) as client:
-        run(make_job(spark, client, make_catalog(format_name, lake_root), checkpoint), trigger)
+        run(make_job(spark, client, make_catalog(format_name, lake_root), checkpoint), trigger, path)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    main(*sys.argv[1:7])

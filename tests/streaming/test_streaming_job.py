@@ -142,3 +142,20 @@ def test_progress_figures_and_a_rollback_refuses_the_old_checkpoint(
     versions = client.versions([RAW, OUT], "strong")
     assert versions.barrier == fresh.history[-1].barrier
     assert rows(spark, lake, OUT, versions.versions[OUT]) == rows(spark, lake, RAW, versions.versions[RAW])
+
+
+def test_a_stream_reads_only_the_columns_asked_for(
+    spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog, tmp_path: Path
+) -> None:
+    job = make_job(spark, client, lake, tmp_path)
+    lake.append(spark, batch(spark, 0, 4), RAW)
+    with pytest.raises(KeyError, match=r"\['w'\].*id, k, v"):
+        job.read(RAW, columns=["id", "w"])
+    narrow = job.read(RAW, columns=["v", "id"])
+    assert narrow.columns == ["v", "id"]  # the Python readers hand Spark only these (no pruning otherwise)
+    query = job.start(narrow, mode=Append(), trigger={"availableNow": True})
+    query.awaitTermination(120)
+    assert query.exception() is None
+    versions = client.versions([RAW, OUT], "strong")
+    expected = sorted((r["v"], r["id"]) for r in lake.read_at(spark, RAW, versions.versions[RAW]).collect())
+    assert rows(spark, lake, OUT, versions.versions[OUT]) == expected
