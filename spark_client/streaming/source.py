@@ -118,6 +118,7 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.rows = rows == "true"
         self.schema = schema
         self._frozen_roots: dict[str, int] | None = None  # availableNow: the root snapshots at its start
+        self._gave_up = False  # a micro-batch of this run gave its barrier up (on_rewrite="abort")
         self._client: MetaServiceClient | None = None
         self._catalog: Catalog | None = None
 
@@ -147,11 +148,15 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def prepareForTriggerAvailableNow(self) -> None:
         """availableNow: report the roots' snapshots of now with every `next`, so the query processes the
-        barriers that seal data present now, then stops."""
+        barriers that seal data present now, then stops. A barrier given up (`on_rewrite="abort"`) ends the run:
+        the server offers its rows again in the next barrier, which would be given up again for as long as the
+        rewrite stands, one micro-batch after another, and the run would never stop; the next run tries again."""
         self._frozen_roots = self._root_snapshots()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
         del limit  # one barrier per micro-batch whatever the limit
+        if self._gave_up and self._frozen_roots is not None:
+            return start  # availableNow: see prepareForTriggerAvailableNow
         previous = BarrierOffset.from_json(start)
         roots = self._frozen_roots if self._frozen_roots is not None else self._root_snapshots()
         decision = self.client.next_barrier(
@@ -195,6 +200,7 @@ class BarrierStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                         openlineage_parent=self.openlineage_parent,
                     )
                 logger.warning("%s; gave the barrier up (on_rewrite='abort')", where)
+                self._gave_up = True
                 return []
             raise NotAppendOnly(
                 f"{where} (overwritten, merged or restored), so its changes are not just new rows. Choose what "

@@ -159,3 +159,31 @@ def test_a_stream_reads_only_the_columns_asked_for(
     versions = client.versions([RAW, OUT], "strong")
     expected = sorted((r["v"], r["id"]) for r in lake.read_at(spark, RAW, versions.versions[RAW]).collect())
     assert rows(spark, lake, OUT, versions.versions[OUT]) == expected
+
+
+def test_available_now_with_on_rewrite_abort_gives_the_barrier_up_and_stops(
+    spark: SparkSession, client: MetaServiceClient, lake: DeltaCatalog, tmp_path: Path
+) -> None:
+    """availableNow processes the barriers of the data present at its start, then stops. A barrier given up for a
+    rewritten input (`on_rewrite="abort"`) is offered again by the server (its rows are owed), and would be given
+    up again each micro-batch for as long as the rewrite stands: the run stops after giving it up once, and the
+    next run tries again."""
+    job = make_job(spark, client, lake, tmp_path)
+    lake.append(spark, batch(spark, 0, 3), RAW)
+    first = job.start(job.read(RAW), mode=Append(), trigger={"availableNow": True})
+    assert first.awaitTermination(120) and first.exception() is None
+    kept = lake.latest_snapshot(OUT)
+    assert kept is not None
+    lake.write(spark, batch(spark, 1, 3), RAW, mode="overwrite")
+
+    for attempt in (1, 2):
+        query = job.start(job.read(RAW, on_rewrite="abort"), mode=Append(), trigger={"availableNow": True})
+        assert query.awaitTermination(120), "availableNow kept giving the re-offered barrier up"
+        assert query.exception() is None
+        runs = client.get_job("stream")
+        assert runs["in_flight_barrier"] is None
+        # what was written for the barrier given up is undone (a restore: a new version with the old rows)
+        latest = lake.latest_snapshot(OUT)
+        assert latest is not None and rows(spark, lake, OUT, latest) == rows(spark, lake, OUT, kept), attempt
+    statuses = [r["status"] for r in httpx.get(f"{client.base_url}/jobs/stream/barriers").json()["runs"]]
+    assert statuses.count("aborted") == 2 and statuses.count("committed") == 1, statuses
