@@ -12,8 +12,9 @@ format library only when a name that needs it is (`EtlJob` runs with the `spark`
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from spark_client._lazy import exports
 
 if TYPE_CHECKING:
     from spark_client._http import MetaServiceClient
@@ -88,17 +89,7 @@ _MODULES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'spark_client' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_MODULES})
+__getattr__, __dir__ = exports(__name__, _MODULES, globals())
 
 
 __all__ = [

@@ -16,8 +16,9 @@ source import `spark_client.streaming.source` only, not the job and the HTTP cli
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from spark_client._lazy import exports
 
 if TYPE_CHECKING:
     from spark_client.streaming.job import (
@@ -46,17 +47,7 @@ _MODULES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'spark_client.streaming' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_MODULES})
+__getattr__, __dir__ = exports(__name__, _MODULES, globals())
 
 
 __all__ = [
